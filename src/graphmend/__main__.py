@@ -1,0 +1,5 @@
+"""``python -m graphmend``."""
+
+from graphmend.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""``install()`` / ``uninstall()``: put the import hook in place, or take it away."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import warnings
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+
+from graphmend.config import Config
+from graphmend.importer import GraphMendFinder, GraphMendLoader, claiming_spec_from_file_location
+from graphmend.patterns import ModuleMatcher
+from graphmend.rewriter import GraphMendWarning, ModuleRewriter
+
+_lock = threading.RLock()
+_active: Installation | None = None
+
+
+class Installation:
+    """The installed hook.  Usable as a context manager that uninstalls on exit."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.finder = GraphMendFinder(ModuleMatcher(config.packages), ModuleRewriter(config))
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return self.config.packages
+
+    @property
+    def active(self) -> bool:
+        return _active is self
+
+    def uninstall(self) -> None:
+        """Remove the hook; modules already rewritten stay as they are."""
+        if self.active:
+            uninstall()
+
+    def __enter__(self) -> Installation:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.uninstall()
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "inactive"
+        return f"<graphmend.Installation {state} packages={list(self.packages)!r}>"
+
+
+def install(
+    packages: Iterable[str] | None = None, *, cache_dir: str | Path | None = None
+) -> Installation:
+    """Rewrite matching modules from now on; returns the installation.
+
+    ``packages`` are module patterns (``"mypkg"`` covers the package and its
+    submodules, ``"transformers.models.*"`` is a glob); they replace the default
+    scope, which is :data:`graphmend.DEFAULT_PACKAGES` or ``GRAPHMEND_PACKAGES``.
+    Other settings come from the ``GRAPHMEND_*`` environment variables.  Calling
+    it again is harmless: the hook is installed once, with the latest settings.
+    """
+    config = Config.from_env()
+    if packages is not None:
+        if isinstance(packages, str):
+            packages = [packages]
+        config = config.with_packages(packages)
+    if cache_dir is not None:
+        config = replace(config, cache_dir=Path(cache_dir).expanduser())
+    return install_config(config, stacklevel=3)
+
+
+def install_config(config: Config, *, stacklevel: int = 2) -> Installation:
+    """Install the hook with a complete configuration (used by ``install`` and the CLI)."""
+    global _active
+    with _lock:
+        if _active is not None and _active.config == config:
+            return _active
+        _remove_hook()
+        installation = Installation(config)
+        sys.meta_path.insert(0, installation.finder)
+        _active = installation
+        _wrap_spec_from_file_location()
+    _warn_about_imported(installation, stacklevel + 1)
+    return installation
+
+
+def uninstall() -> None:
+    """Remove the hook.  Modules imported while it was installed stay rewritten."""
+    with _lock:
+        _remove_hook()
+        _unwrap_spec_from_file_location()
+
+
+def active_installation() -> Installation | None:
+    return _active
+
+
+def _remove_hook() -> None:
+    global _active
+    if _active is not None:
+        if _active.finder in sys.meta_path:
+            sys.meta_path.remove(_active.finder)
+        _active = None
+
+
+def _current_finder() -> GraphMendFinder | None:
+    return _active.finder if _active is not None else None
+
+
+def _wrap_spec_from_file_location() -> None:
+    current = importlib.util.spec_from_file_location
+    if not hasattr(current, "__graphmend_original__"):
+        importlib.util.spec_from_file_location = claiming_spec_from_file_location(
+            current, _current_finder
+        )
+
+
+def _unwrap_spec_from_file_location() -> None:
+    current = importlib.util.spec_from_file_location
+    original = getattr(current, "__graphmend_original__", None)
+    if original is not None:
+        importlib.util.spec_from_file_location = original
+
+
+def _warn_about_imported(installation: Installation, stacklevel: int) -> None:
+    matcher = installation.finder.matcher
+    stale = sorted(
+        name
+        for name, module in list(sys.modules.items())
+        if matcher.matches(name)
+        and str(getattr(module, "__file__", None) or "").endswith(".py")
+        and not isinstance(getattr(module, "__loader__", None), GraphMendLoader)
+    )
+    if stale:
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        warnings.warn(
+            f"graphmend.install(): {len(stale)} matching module(s) were imported before "
+            f"the hook and stay unrewritten: {shown}. Install GraphMend before importing "
+            "them (or use GRAPHMEND=1 / python -m graphmend run).",
+            GraphMendWarning,
+            stacklevel=stacklevel,
+        )

@@ -1,0 +1,1 @@
+"""Static analysis of module source: scopes, output calls."""

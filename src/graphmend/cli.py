@@ -1,0 +1,180 @@
+"""Command line: ``python -m graphmend run | cache``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Sequence
+
+from graphmend import __version__
+from graphmend.cache import BytecodeCache
+from graphmend.config import Config, ConfigError
+from graphmend.discovery import DiscoveryError, discover
+from graphmend.patterns import ModuleMatcher, PatternError
+from graphmend.rewriter import ModuleRewriter, Status
+
+_RUN_USAGE = """\
+usage: python -m graphmend run [-p PATTERN]... script.py [args...]
+       python -m graphmend run [-p PATTERN]... -m module [args...]
+
+Run a script or module as plain python would, with the import hook installed.
+The script (or module) itself is rewritten too.
+
+options:
+  -p, --packages PATTERN  also claim modules matching PATTERN (repeatable;
+                          added to the default scope or GRAPHMEND_PACKAGES)
+  -h, --help              show this help and exit
+"""
+
+
+class UsageError(Exception):
+    """Bad command-line usage; reported with exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m graphmend`` and the ``graphmend`` script."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if arguments and arguments[0] == "run":
+            return _run(arguments[1:])
+        return _dispatch(_parser().parse_args(arguments))
+    except (UsageError, ConfigError, PatternError, DiscoveryError) as error:
+        print(f"graphmend: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m graphmend",
+        description="Rewrite PyTorch model code at import so torch.compile captures one graph.",
+    )
+    parser.add_argument("--version", action="version", version=f"graphmend {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("run", help="run a script or module with the hook (see 'run -h')")
+    cache = commands.add_parser("cache", help="inspect, clear or warm the bytecode cache")
+    actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("info", help="where the cache is, how many entries, their size")
+    actions.add_parser("clear", help="delete every entry")
+    warm = actions.add_parser(
+        "warm", help="rewrite and store every module matching PATTERN, without running it"
+    )
+    warm.add_argument("patterns", nargs="+", metavar="PATTERN")
+    return parser
+
+
+def _dispatch(options: argparse.Namespace) -> int:
+    config = Config.from_env()
+    if options.action == "info":
+        return _cache_info(config)
+    if options.action == "clear":
+        removed = BytecodeCache(config.cache_dir).clear()
+        print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {config.cache_dir}")
+        return 0
+    return _cache_warm(config, options.patterns)
+
+
+def _run(arguments: list[str]) -> int:
+    from graphmend.runner import run_module, run_script
+
+    extra: list[str] = []
+    index = 0
+    while index < len(arguments):
+        argument = arguments[index]
+        if argument in ("-h", "--help"):
+            print(_RUN_USAGE, end="")
+            return 0
+        if argument in ("-p", "--packages"):
+            if index + 1 >= len(arguments):
+                raise UsageError(f"{argument} needs a PATTERN")
+            extra.append(arguments[index + 1])
+            index += 2
+        elif argument.startswith("--packages="):
+            extra.append(argument.split("=", 1)[1])
+            index += 1
+        elif argument.startswith("-p") and len(argument) > 2:
+            extra.append(argument[2:])
+            index += 1
+        elif argument == "-m":
+            if index + 1 >= len(arguments):
+                raise UsageError("-m needs a module name")
+            config = _run_config(extra)
+            run_module(arguments[index + 1], arguments[index + 2 :], config)
+            return 0
+        elif argument.startswith("-"):
+            raise UsageError(f"unknown option {argument!r} (see 'python -m graphmend run -h')")
+        else:
+            run_script(argument, arguments[index + 1 :], _run_config(extra))
+            return 0
+    raise UsageError("run needs a script or -m module (see 'python -m graphmend run -h')")
+
+
+def _run_config(extra: list[str]) -> Config:
+    config = Config.from_env()
+    return config.with_packages([*config.packages, *extra]) if extra else config
+
+
+def _cache_info(config: Config) -> int:
+    info = BytecodeCache(config.cache_dir).info()
+    state = "on" if config.cache_enabled else "off (GRAPHMEND_CACHE=0)"
+    print(f"directory: {info.directory}")
+    print(f"state:     {state}")
+    print(f"entries:   {info.entries}")
+    print(f"size:      {_human_size(info.size_bytes)}")
+    return 0
+
+
+def _cache_warm(config: Config, patterns: list[str]) -> int:
+    if not config.cache_enabled:
+        raise UsageError("the cache is off (GRAPHMEND_CACHE=0); nothing to warm")
+    modules = discover(ModuleMatcher(patterns))
+    if not modules:
+        raise UsageError(f"no modules on sys.path match {' '.join(patterns)}")
+    rewriter = ModuleRewriter(config)
+    progress = _Progress(len(modules))
+    statuses: Counter[Status] = Counter()
+    for module in modules:
+        try:
+            source = module.path.read_bytes()
+        except OSError as error:
+            progress.show(module.name, f"unreadable: {error}")
+            statuses[Status.FELL_BACK] += 1
+            continue
+        outcome = rewriter.build(module.name, str(module.path), source)
+        statuses[outcome.status] += 1
+        progress.show(module.name, outcome.describe())
+    progress.finish()
+    summary = ", ".join(f"{count} {status.value}" for status, count in statuses.most_common())
+    print(f"warmed {len(modules)} modules into {config.cache_dir}: {summary}")
+    return 1 if statuses[Status.FELL_BACK] else 0
+
+
+class _Progress:
+    """One line per module, or a single updating line on a terminal."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.live = sys.stderr.isatty()
+
+    def show(self, name: str, message: str) -> None:
+        self.done += 1
+        line = f"[{self.done:>{len(str(self.total))}}/{self.total}] {name}: {message}"
+        if self.live:
+            sys.stderr.write("\r\033[K" + line[:200])
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.live:
+            sys.stderr.write("\n")
+
+
+def _human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

@@ -1,0 +1,123 @@
+"""The import hook: a meta-path finder that claims modules by name, and their loader.
+
+The finder rejects names on the module patterns alone, before any file-system
+work; for a claimed name it asks the other finders for the spec and takes the
+module only when it is plain source loaded by ``SourceFileLoader`` (namespace
+packages, extension modules, sourceless and zipped modules stay as they are).
+The loader is a ``SourceFileLoader`` whose ``get_code`` returns the rewritten
+code: ``__file__``, ``__spec__``, ``get_source`` (so ``inspect``), resources and
+``importlib.reload`` behave as without GraphMend.
+
+transformers loads ``trust_remote_code`` modules with
+``importlib.util.spec_from_file_location`` and ``exec_module``, which never
+consults ``sys.meta_path``; :func:`claiming_spec_from_file_location` wraps that
+function so those modules are claimed too.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import CodeType, ModuleType
+from typing import Any
+
+from graphmend.patterns import ModuleMatcher
+from graphmend.rewriter import ModuleRewriter
+
+
+class GraphMendLoader(importlib.machinery.SourceFileLoader):
+    """Loads a claimed source module with its rewritten code."""
+
+    def __init__(self, fullname: str, path: str, rewriter: ModuleRewriter) -> None:
+        super().__init__(fullname, path)
+        self._rewriter = rewriter
+
+    def get_code(self, fullname: str) -> CodeType:  # type: ignore[override]
+        path = self.get_filename(fullname)
+        try:
+            source = self.get_data(path)
+        except OSError:
+            return super().get_code(fullname)  # type: ignore[return-value]
+        code = self._rewriter.code_for(fullname, path, source)
+        if code is None:
+            return super().get_code(fullname)  # type: ignore[return-value]
+        return code
+
+
+def claimable(spec: importlib.machinery.ModuleSpec | None) -> bool:
+    """Whether a spec is a plain source module that GraphMend can take over."""
+    return (
+        spec is not None
+        and type(spec.loader) is importlib.machinery.SourceFileLoader
+        and isinstance(spec.origin, str)
+        and spec.origin.endswith(".py")
+    )
+
+
+class GraphMendFinder(importlib.abc.MetaPathFinder):
+    """Claims modules whose dotted names match the configured patterns."""
+
+    def __init__(self, matcher: ModuleMatcher, rewriter: ModuleRewriter) -> None:
+        self.matcher = matcher
+        self.rewriter = rewriter
+        self._busy = threading.local()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not self.matcher.matches(fullname):
+            return None
+        busy: set[str] = self._busy.__dict__.setdefault("names", set())
+        if fullname in busy:
+            return None
+        busy.add(fullname)
+        try:
+            spec = self._find_with_other_finders(fullname, path, target)
+        finally:
+            busy.discard(fullname)
+        if not claimable(spec):
+            return None
+        assert spec is not None and spec.origin is not None
+        spec.loader = GraphMendLoader(fullname, spec.origin, self.rewriter)
+        return spec
+
+    def _find_with_other_finders(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None
+    ) -> importlib.machinery.ModuleSpec | None:
+        for finder in list(sys.meta_path):
+            if finder is self:
+                continue
+            find_spec = getattr(finder, "find_spec", None)
+            if find_spec is None:
+                continue
+            spec = find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def claim_spec(self, spec: importlib.machinery.ModuleSpec | None) -> None:
+        """Give a spec built outside the import system GraphMend's loader, if claimed."""
+        if claimable(spec) and self.matcher.matches(spec.name):  # type: ignore[union-attr]
+            spec.loader = GraphMendLoader(spec.name, spec.origin, self.rewriter)  # type: ignore[union-attr,arg-type]
+
+
+def claiming_spec_from_file_location(
+    original: Callable[..., Any], finder_of: Callable[[], GraphMendFinder | None]
+) -> Callable[..., Any]:
+    """Wrap ``importlib.util.spec_from_file_location`` so claimed names get our loader."""
+
+    @functools.wraps(original)
+    def spec_from_file_location(*args: Any, **kwargs: Any) -> Any:
+        spec = original(*args, **kwargs)
+        finder = finder_of()
+        if finder is not None:
+            finder.claim_spec(spec)
+        return spec
+
+    spec_from_file_location.__graphmend_original__ = original  # type: ignore[attr-defined]
+    return spec_from_file_location

@@ -1,0 +1,105 @@
+"""Code for claimed modules: from the cache, or rewritten, or exactly as Python would load it.
+
+This is where the contract "never break an import" is kept: any failure in
+analysis, rewriting, compiling or the cache leaves the module to Python's own
+loader, with one warning that names the module and the reason.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from enum import Enum
+from types import CodeType
+
+from graphmend.cache import BytecodeCache
+from graphmend.config import Config
+from graphmend.findings import describe_summary, summarize
+from graphmend.pipeline import compile_module, rewrite
+
+
+class GraphMendWarning(UserWarning):
+    """A module GraphMend claimed was loaded unchanged because rewriting it failed."""
+
+
+class Status(str, Enum):
+    CACHE_HIT = "cache hit"
+    REWRITTEN = "rewritten"
+    UNCHANGED = "unchanged"
+    FELL_BACK = "fell back"
+    SYNTAX_ERROR = "syntax error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one module, and the code to run (``None``: let Python load it)."""
+
+    status: Status
+    code: CodeType | None
+    summary: dict[str, dict[str, int]] = field(default_factory=dict)
+    reason: str = ""
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.status is Status.FELL_BACK:
+            return f"fell back to the original code: {self.reason}"
+        if self.status is Status.SYNTAX_ERROR:
+            return "syntax error; left to Python to report"
+        timing = f" in {self.seconds * 1000:.1f} ms" if self.status is not Status.CACHE_HIT else ""
+        return f"{self.status.value} ({describe_summary(self.summary)}){timing}"
+
+
+class ModuleRewriter:
+    """Turns a claimed module's source into code, using the cache when it can."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.cache = BytecodeCache(config.cache_dir) if config.cache_enabled else None
+        self._warned: set[str] = set()
+
+    def code_for(self, module_name: str, filename: str, source: bytes) -> CodeType | None:
+        """The code to execute for a module, or ``None`` to load it as Python would."""
+        outcome = self.build(module_name, filename, source)
+        if self.config.debug:
+            sys.stderr.write(f"graphmend: {module_name}: {outcome.describe()}\n")
+        if outcome.status is Status.FELL_BACK and module_name not in self._warned:
+            self._warned.add(module_name)
+            warnings.warn(
+                f"graphmend could not rewrite {module_name} ({outcome.reason}); "
+                "it was imported unchanged",
+                GraphMendWarning,
+                stacklevel=2,
+            )
+        return outcome.code
+
+    def build(self, module_name: str, filename: str, source: bytes) -> Outcome:
+        """Produce (or read back) the code for one module and say what happened."""
+        started = time.perf_counter()
+        key = None
+        if self.cache is not None:
+            key = self.cache.key(source, filename, self.config.settings_key())
+            entry = self.cache.load(module_name, key)
+            if entry is not None:
+                return Outcome(Status.CACHE_HIT, entry.code, entry.summary)
+        try:
+            result = rewrite(source, filename, self.config.rewrites)
+        except (SyntaxError, ValueError):
+            # Python's own loader raises the very same error, with its usual traceback.
+            return Outcome(Status.SYNTAX_ERROR, None)
+        except Exception as error:
+            return Outcome(Status.FELL_BACK, None, reason=_describe(error))
+        try:
+            code = compile_module(result.tree, filename)
+        except Exception as error:
+            return Outcome(Status.FELL_BACK, None, reason=f"compiling failed: {_describe(error)}")
+        summary = summarize(result.findings)
+        if self.cache is not None and key is not None:
+            self.cache.store(module_name, key, code, summary, result.changed)
+        status = Status.REWRITTEN if result.changed else Status.UNCHANGED
+        return Outcome(status, code, summary, seconds=time.perf_counter() - started)
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,196 @@
+"""What every rewrite shares: the module context, injected names, the dual-path site.
+
+Injected names start with ``@gm_``, which no Python source can spell, so they
+never collide with user names (pytest's assertion rewriting uses the same trick);
+TorchDynamo traces them like any other global or local.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from graphmend.analysis.scopes import ModuleScopes
+from graphmend.findings import Decision, Finding, site_source
+
+PREFIX = "@gm_"
+RUNTIME = f"{PREFIX}rt"  # the module global holding graphmend.runtime
+TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
+
+_GENERATED = "_graphmend_generated"
+
+
+def mark_generated(node: ast.AST) -> ast.AST:
+    """Flag a node built by a rewrite, so that later rewrites leave it alone."""
+    setattr(node, _GENERATED, True)
+    return node
+
+
+def is_generated(node: ast.AST) -> bool:
+    return getattr(node, _GENERATED, False)
+
+
+def locate(node: ast.AST, like: ast.AST) -> ast.AST:
+    """Give every new node in ``node`` the source location of ``like``.
+
+    Nodes copied from the original source keep their own locations, so
+    tracebacks and TorchDynamo's messages point at the user's line.
+    """
+    for child in ast.walk(node):
+        if "lineno" in child._attributes and not hasattr(child, "lineno"):
+            ast.copy_location(child, like)
+    return node
+
+
+def load(name: str) -> ast.Name:
+    return ast.Name(id=name, ctx=ast.Load())
+
+
+def store(name: str) -> ast.Name:
+    return ast.Name(id=name, ctx=ast.Store())
+
+
+def runtime_call(helper: str, *args: ast.expr) -> ast.Call:
+    """``@gm_rt.<helper>(*args)``."""
+    func = ast.Attribute(value=load(RUNTIME), attr=helper, ctx=ast.Load())
+    return ast.Call(func=func, args=list(args), keywords=[])
+
+
+def make_function(
+    name: str, parameters: list[str], body: list[ast.stmt], decorators: list[ast.expr]
+) -> ast.FunctionDef:
+    """A generated module-level ``def`` with positional parameters."""
+    arguments = ast.arguments(
+        posonlyargs=[],
+        args=[ast.arg(arg=parameter) for parameter in parameters],
+        kwonlyargs=[],
+        kw_defaults=[],
+        defaults=[],
+    )
+    function = ast.FunctionDef(
+        name=name, args=arguments, body=body, decorator_list=decorators, returns=None
+    )
+    if "type_params" in ast.FunctionDef._fields:  # Python 3.12+
+        function.type_params = []
+    return mark_generated(function)  # type: ignore[return-value]
+
+
+def dual_path(site: ast.stmt, tracing_body: list[ast.stmt]) -> ast.If:
+    """``if tracing(): <tracing_body> else: <site>`` located at ``site``.
+
+    The original statement stays the eager path, untouched; TorchDynamo folds
+    the test to a constant, so only one branch is ever traced.
+    """
+    test = ast.Call(func=load(TRACING), args=[], keywords=[])
+    node = ast.If(test=test, body=tracing_body, orelse=[site])
+    for statement in tracing_body:
+        locate(statement, site)
+    return mark_generated(locate(node, site))  # type: ignore[return-value]
+
+
+@dataclass
+class ModuleContext:
+    """One module being rewritten: its facts, its findings, what it must inject."""
+
+    filename: str
+    lines: list[str]
+    scopes: ModuleScopes
+    imports_torch: bool
+    findings: list[Finding] = field(default_factory=list)
+    module_level: list[ast.stmt] = field(default_factory=list)
+    _counter: int = 0
+
+    def fresh_name(self, role: str) -> str:
+        """A new injected name, unique in this module."""
+        self._counter += 1
+        return f"{PREFIX}{role}{self._counter}"
+
+    @property
+    def changed(self) -> bool:
+        return any(finding.rewritten for finding in self.findings)
+
+
+@dataclass(frozen=True)
+class Enclosing:
+    """Where a statement sits: its chain of enclosing functions and its qualified name."""
+
+    functions: tuple[ast.AST, ...]
+    qualname: str
+
+    @property
+    def name(self) -> str:
+        return self.qualname.rsplit(".", 1)[-1]
+
+
+class FunctionStatementRewriter:
+    """Base for rewrites of statements inside function bodies.
+
+    Subclasses implement :meth:`rewrite_statement`, which returns the statement
+    unchanged or its replacement, and call :meth:`record` once per candidate
+    site.  Nested blocks are rewritten before the statement that holds them.
+    Module-level and class-level statements are left alone (TorchDynamo traces
+    functions), and so are coroutines, which it does not trace.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, module: ModuleContext) -> None:
+        self.module = module
+        self._scopes: list[tuple[str, ast.AST | None]] = []
+
+    def run(self, tree: ast.Module) -> None:
+        tree.body = self._rewrite_block(tree.body, in_function=False)
+
+    @property
+    def enclosing(self) -> Enclosing:
+        """The functions around the statement being rewritten, and its qualified name."""
+        parts: list[str] = []
+        for index, (name, function) in enumerate(self._scopes):
+            parts.append(name)
+            if function is not None and index < len(self._scopes) - 1:
+                parts.append("<locals>")
+        functions = tuple(function for _, function in self._scopes if function is not None)
+        return Enclosing(functions, ".".join(parts))
+
+    def record(self, node: ast.AST, decision: Decision, reason: str) -> None:
+        self.module.findings.append(
+            Finding(
+                rewrite=self.name,
+                filename=self.module.filename,
+                lineno=node.lineno,  # type: ignore[attr-defined]
+                col=node.col_offset,  # type: ignore[attr-defined]
+                function=self.enclosing.qualname,
+                decision=decision,
+                reason=reason,
+                source=site_source(self.module.lines, node),
+            )
+        )
+
+    def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
+        raise NotImplementedError
+
+    def _rewrite_block(self, block: list[ast.stmt], in_function: bool) -> list[ast.stmt]:
+        rewritten: list[ast.stmt] = []
+        for statement in block:
+            if isinstance(statement, ast.FunctionDef | ast.ClassDef):
+                function = statement if isinstance(statement, ast.FunctionDef) else None
+                self._scopes.append((statement.name, function))
+                statement.body = self._rewrite_block(statement.body, function is not None)
+                self._scopes.pop()
+            elif not isinstance(statement, ast.AsyncFunctionDef) and not is_generated(statement):
+                self._rewrite_nested_blocks(statement, in_function)
+                if in_function:
+                    result = self.rewrite_statement(statement)
+                    rewritten.extend(result if isinstance(result, list) else [result])
+                    continue
+            rewritten.append(statement)
+        return rewritten
+
+    def _rewrite_nested_blocks(self, statement: ast.stmt, in_function: bool) -> None:
+        for field_name in ("body", "orelse", "finalbody"):
+            block = getattr(statement, field_name, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                setattr(statement, field_name, self._rewrite_block(block, in_function))
+        for holder in [*getattr(statement, "handlers", []), *getattr(statement, "cases", [])]:
+            holder.body = self._rewrite_block(holder.body, in_function)

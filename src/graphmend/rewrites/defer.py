@@ -1,0 +1,333 @@
+"""T2: output calls (``print``, module loggers, ``warnings.warn``) run after the graph.
+
+A statement such as ``logger.warning_once(f"mean {h.mean()}", stacklevel=1)``
+becomes::
+
+    if @gm_tracing():
+        @gm_defer3(@gm_rt.piece(h.mean(), -1, ''))
+    else:
+        logger.warning_once(f"mean {h.mean()}", stacklevel=1)    # untouched
+
+plus, at module level, one plain function per site that makes the original
+call from the values it is given::
+
+    @@gm_rt.deferred('Block.forward')
+    def @gm_defer3(@gm_p0):
+        logger.warning_once(f"mean {@gm_rt.render(@gm_p0, -1, '')}", stacklevel=1)
+
+TorchDynamo reorders calls to registered plain functions to after the graph
+(``config.reorderable_logging_functions``); it refuses bound methods and drops
+keyword arguments, hence a function per site that holds the callee and the
+keywords.  Values are captured at the call point: tensors are cloned, parts of
+f-strings are formatted right away unless they are tensors.  Names that cannot
+change before the graph ends (modules, classes, functions, builtins,
+``sys.stdout``/``sys.stderr``) are evaluated in the deferred function; anything
+TorchDynamo cannot carry out of the graph makes it keep the original call,
+with the original graph break.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from graphmend.analysis import output_calls
+from graphmend.analysis.output_calls import NotProven, OutputCall, OutputKind
+from graphmend.analysis.scopes import BindingKind, Resolution
+from graphmend.findings import Decision
+from graphmend.rewrites.common import (
+    RUNTIME,
+    FunctionStatementRewriter,
+    dual_path,
+    load,
+    locate,
+    make_function,
+    runtime_call,
+    store,
+)
+
+_FLAG_KEYWORDS = {"exc_info", "stack_info"}
+_STATIC_SYS_ATTRIBUTES = {"stdout", "stderr"}
+_STATIC_KINDS = (BindingKind.IMPORT, BindingKind.DEF, BindingKind.CLASS)
+
+
+class Decline(Exception):
+    """Raised while planning a site that cannot be deferred exactly."""
+
+
+class Capture(Enum):
+    """How a value is captured at the call point."""
+
+    PIECE = "piece"  # part of an f-string: tensors cloned, anything else formatted now
+    FORMAT_OPERAND = "carry"  # operand of "..." % x or "...".format(x), formatted now
+    ARGUMENT = "argument"  # passed to the callee as it is, consumed at the call
+
+
+@dataclass
+class _Value:
+    expr: ast.expr
+    capture: Capture
+    helper: str  # the runtime helper that captures it
+    extra: tuple[ast.expr, ...] = ()  # the conversion and spec of a piece
+
+
+class DeferRewrite(FunctionStatementRewriter):
+    """Defers proven output calls while tracing; the eager path is the original call."""
+
+    name = "defer"
+
+    def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
+        if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
+            return statement
+        enclosing = self.enclosing
+        found = output_calls.classify(statement.value, self.module.scopes, enclosing.functions)
+        if found is None:
+            return statement
+        if isinstance(found, NotProven):
+            self.record(statement, Decision.DECLINED, found.reason)
+            return statement
+        if not self.module.imports_torch:
+            self.record(
+                statement,
+                Decision.DECLINED,
+                "the module does not import torch at top level, so no code in it is traced",
+            )
+            return statement
+        try:
+            plan = _Planner(self, found, statement.value).plan()
+        except Decline as reason:
+            self.record(statement, Decision.DECLINED, str(reason))
+            return statement
+        function_name = self.module.fresh_name("defer")
+        self.module.module_level.append(
+            locate(plan.deferred_function(function_name, enclosing.qualname), statement)  # type: ignore[arg-type]
+        )
+        self.record(statement, Decision.REWRITTEN, plan.describe(found))
+        return dual_path(statement, plan.tracing_path(function_name, self.module.fresh_name))
+
+
+@dataclass
+class _Plan:
+    callee: ast.expr
+    args: list[ast.expr]
+    keywords: list[ast.keyword]
+    values: list[_Value]
+    parameters: list[str]
+
+    def deferred_function(self, name: str, qualname: str) -> ast.FunctionDef:
+        call = ast.Call(func=self.callee, args=self.args, keywords=self.keywords)
+        decorator = ast.Call(
+            func=ast.Attribute(value=load(RUNTIME), attr="deferred", ctx=ast.Load()),
+            args=[ast.Constant(qualname)],
+            keywords=[],
+        )
+        return make_function(name, self.parameters, [ast.Expr(call)], [decorator])
+
+    def tracing_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
+        """Capture the values in source order and call the deferred function with them."""
+        statements: list[ast.stmt] = []
+        captured: list[ast.expr] = []
+        # An argument is consumed at the call, after every later value was
+        # evaluated; bind values to temporaries when one is followed by others.
+        needs_temporaries = any(value.capture is Capture.ARGUMENT for value in self.values[:-1])
+        for index, value in enumerate(self.values):
+            last = index == len(self.values) - 1
+            if value.capture is Capture.ARGUMENT:
+                expr = value.expr
+                if needs_temporaries and not last:
+                    temporary = fresh_name("arg")
+                    statements.append(ast.Assign(targets=[store(temporary)], value=expr))
+                    expr = load(temporary)
+                captured.append(runtime_call(value.helper, expr))
+                continue
+            expr = runtime_call(value.helper, value.expr, *value.extra)
+            if needs_temporaries and not last:
+                temporary = fresh_name("arg")
+                statements.append(ast.Assign(targets=[store(temporary)], value=expr))
+                expr = load(temporary)
+            captured.append(expr)
+        call = ast.Call(func=load(function_name), args=captured, keywords=[])
+        statements.append(ast.Expr(call))
+        return statements
+
+    def describe(self, found: OutputCall) -> str:
+        what = {
+            OutputKind.PRINT: "print()",
+            OutputKind.LOGGER: f"logger.{found.method}()",
+            OutputKind.WARNING: "warnings.warn()",
+        }[found.kind]
+        count = len(self.values)
+        carried = f"{count} value{'s' if count != 1 else ''} captured at the call"
+        return f"{what} deferred until after the graph ({carried})"
+
+
+class _Planner:
+    """Splits one output call into values captured now and a call made later."""
+
+    def __init__(self, rewriter: DeferRewrite, found: OutputCall, call: ast.Call) -> None:
+        self.scopes = rewriter.module.scopes
+        self.functions = rewriter.enclosing.functions
+        self.found = found
+        self.call = call
+        self.values: list[_Value] = []
+
+    def plan(self) -> _Plan:
+        call = self.call
+        if any(isinstance(arg, ast.Starred) for arg in call.args) or any(
+            keyword.arg is None for keyword in call.keywords
+        ):
+            raise Decline("*args or **kwargs cannot be carried out of the graph")
+        self._check_keywords()
+        argument_helper = "print_arg" if self.found.kind is OutputKind.PRINT else "carry"
+        args = [self._lift(arg, argument_helper) for arg in call.args]
+        keywords = [
+            ast.keyword(arg=keyword.arg, value=self._lift(keyword.value, argument_helper))
+            for keyword in call.keywords
+        ]
+        return _Plan(
+            callee=copy.deepcopy(call.func),
+            args=args,
+            keywords=keywords,
+            values=self.values,
+            parameters=[f"@gm_p{index}" for index in range(len(self.values))],
+        )
+
+    def _check_keywords(self) -> None:
+        keywords = {keyword.arg: keyword.value for keyword in self.call.keywords}
+        if self.found.kind is OutputKind.LOGGER:
+            for flag in _FLAG_KEYWORDS & keywords.keys():
+                value = keywords[flag]
+                if not (isinstance(value, ast.Constant) and value.value in (False, None)):
+                    raise Decline(
+                        f"{flag}= reads the interpreter state at the call; it cannot wait"
+                    )
+        stacklevel = keywords.get("stacklevel")
+        if (
+            self.found.kind is OutputKind.WARNING
+            and stacklevel is None
+            and len(self.call.args) >= 3
+        ):
+            stacklevel = self.call.args[2]
+        if stacklevel is not None and not (
+            isinstance(stacklevel, ast.Constant) and stacklevel.value == 1
+        ):
+            raise Decline(
+                "stacklevel other than 1 names a caller's frame, which is gone after the graph"
+            )
+
+    def _parameter(self, value: _Value) -> ast.Name:
+        self.values.append(value)
+        return load(f"@gm_p{len(self.values) - 1}")
+
+    def _lift(self, expr: ast.expr, helper: str) -> ast.expr:
+        """The expression the deferred function uses in place of ``expr``."""
+        if _is_literal(expr) or self._is_static(expr):
+            return copy.deepcopy(expr)
+        if isinstance(expr, ast.JoinedStr):
+            return ast.JoinedStr(values=[self._lift_fstring_part(part) for part in expr.values])
+        if _is_percent_format(expr):
+            assert isinstance(expr, ast.BinOp)
+            right = expr.right
+            operands = (
+                ast.Tuple(elts=[self._lift_operand(e) for e in right.elts], ctx=ast.Load())
+                if isinstance(right, ast.Tuple)
+                else self._lift_operand(right)
+            )
+            return ast.BinOp(left=copy.deepcopy(expr.left), op=ast.Mod(), right=operands)
+        if _is_str_format(expr):
+            assert isinstance(expr, ast.Call)
+            if any(isinstance(a, ast.Starred) for a in expr.args) or any(
+                k.arg is None for k in expr.keywords
+            ):
+                raise Decline(
+                    "*args or **kwargs in str.format() cannot be carried out of the graph"
+                )
+            return ast.Call(
+                func=copy.deepcopy(expr.func),
+                args=[self._lift_operand(arg) for arg in expr.args],
+                keywords=[
+                    ast.keyword(arg=k.arg, value=self._lift_operand(k.value)) for k in expr.keywords
+                ],
+            )
+        return self._parameter(_Value(expr, Capture.ARGUMENT, helper))
+
+    def _lift_operand(self, expr: ast.expr) -> ast.expr:
+        if _is_literal(expr) or self._is_static(expr):
+            return copy.deepcopy(expr)
+        return self._parameter(_Value(expr, Capture.FORMAT_OPERAND, "carry"))
+
+    def _lift_fstring_part(self, part: ast.expr) -> ast.expr:
+        if not isinstance(part, ast.FormattedValue):
+            return copy.deepcopy(part)
+        spec = _literal_spec(part.format_spec)
+        if _is_literal(part.value) or self._is_static(part.value):
+            return copy.deepcopy(part)
+        conversion, format_spec = ast.Constant(part.conversion), ast.Constant(spec)
+        parameter = self._parameter(
+            _Value(part.value, Capture.PIECE, "piece", (conversion, format_spec))
+        )
+        rendered = runtime_call(
+            "render", parameter, ast.Constant(part.conversion), ast.Constant(spec)
+        )
+        return ast.FormattedValue(value=rendered, conversion=-1, format_spec=None)
+
+    def _is_static(self, expr: ast.expr) -> bool:
+        """Whether ``expr`` has the same value after the graph as at the call.
+
+        True for names bound once to a module, class or function, for builtin
+        classes and functions, and for ``sys.stdout``/``sys.stderr``.
+        """
+        if isinstance(expr, ast.Attribute):
+            if not isinstance(expr.value, ast.Name) or expr.attr not in _STATIC_SYS_ATTRIBUTES:
+                return False
+            binding = self.scopes.sole_global_binding(expr.value.id, self.functions)
+            return binding is not None and binding.imported == "sys"
+        if not isinstance(expr, ast.Name):
+            return False
+        if self.scopes.resolve(expr.id, self.functions) is Resolution.BUILTIN:
+            return callable(getattr(builtins, expr.id, None))
+        binding = self.scopes.sole_global_binding(expr.id, self.functions)
+        return binding is not None and binding.kind in _STATIC_KINDS
+
+
+def _is_literal(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.Constant):
+        return True
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
+        return isinstance(expr.operand, ast.Constant)
+    if isinstance(expr, ast.Tuple):
+        return all(_is_literal(element) for element in expr.elts)
+    return False
+
+
+def _is_percent_format(expr: ast.expr) -> bool:
+    return (
+        isinstance(expr, ast.BinOp)
+        and isinstance(expr.op, ast.Mod)
+        and isinstance(expr.left, ast.Constant)
+        and isinstance(expr.left.value, str)
+        and not isinstance(expr.right, ast.Dict)
+    )
+
+
+def _is_str_format(expr: ast.expr) -> bool:
+    return (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr == "format"
+        and isinstance(expr.func.value, ast.Constant)
+        and isinstance(expr.func.value.value, str)
+    )
+
+
+def _literal_spec(spec: ast.expr | None) -> str:
+    if spec is None:
+        return ""
+    assert isinstance(spec, ast.JoinedStr)
+    if not all(isinstance(part, ast.Constant) for part in spec.values):
+        raise Decline("a format spec computed at run time cannot be applied after the graph")
+    return "".join(part.value for part in spec.values)  # type: ignore[attr-defined]

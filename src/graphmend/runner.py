@@ -1,0 +1,70 @@
+"""``python -m graphmend run``: run a script or a module as plain ``python`` would, rewritten.
+
+``sys.argv``, ``sys.path[0]``, the ``__main__`` module and the exit status are
+what ``python script.py`` / ``python -m module`` give; the script itself is
+rewritten too (a module run with ``-m`` is claimed by name).
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.machinery
+import os
+import runpy
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import graphmend
+from graphmend.activation import install_config
+from graphmend.config import Config
+
+_OWN_FILES = (str(Path(graphmend.__file__).parent), runpy.__file__)
+
+
+def run_script(path: str, args: list[str], config: Config) -> None:
+    """Execute ``path`` as ``__main__`` with the hook installed."""
+    installation = install_config(config)
+    absolute = os.path.abspath(path)
+    with open(absolute, "rb") as handle:
+        source = handle.read()
+    code = installation.finder.rewriter.code_for("__main__", absolute, source)
+    if code is None:
+        code = compile(source, absolute, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=absolute,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", absolute),
+        __builtins__=builtins,
+    )
+    sys.modules["__main__"] = main
+    sys.argv = [path, *args]
+    if not sys.flags.safe_path:
+        sys.path[0] = os.path.dirname(absolute)
+    _report_uncaught(lambda: exec(code, main.__dict__))
+
+
+def run_module(module: str, args: list[str], config: Config) -> None:
+    """Execute ``module`` as ``python -m module`` would, with the hook claiming it."""
+    install_config(config.with_packages([*config.packages, module]))
+    sys.argv = [module, *args]
+    run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
+    _report_uncaught(lambda: run_as_main(module, alter_argv=True))
+
+
+def _report_uncaught(run: Callable[[], object]) -> None:
+    try:
+        run()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        # Report as the interpreter would, without GraphMend's own frames on top.
+        traceback = error.__traceback__
+        while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(
+            _OWN_FILES
+        ):
+            traceback = traceback.tb_next
+        sys.excepthook(type(error), error, traceback)
+        raise SystemExit(1) from None

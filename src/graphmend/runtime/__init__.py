@@ -1,0 +1,18 @@
+"""The helpers rewritten code calls; a rewritten module holds this module as ``@gm_rt``.
+
+Only modules that import torch themselves are rewritten, so importing torch
+here adds nothing to their import time.  Everything here runs either eagerly at
+a rewritten site (:func:`tracing`, a cheap check) or while TorchDynamo traces.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphmend.runtime.deferral import carry, deferred, piece, print_arg, render
+
+#: True while TorchDynamo traces the caller (folded to a constant by it), False
+#: when the code runs eagerly.
+tracing = torch.compiler.is_compiling
+
+__all__ = ["carry", "deferred", "piece", "print_arg", "render", "tracing"]

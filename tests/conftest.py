@@ -1,0 +1,85 @@
+"""Shared fixtures: fixture modules loaded through the hook, graph counting, subprocesses."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import graphmend
+from graphmend.config import Config
+
+REPO = Path(__file__).resolve().parent.parent
+_counter = itertools.count()
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No GraphMend settings leak in from the environment, and no hook leaks out."""
+    for variable in (
+        "GRAPHMEND",
+        "GRAPHMEND_PACKAGES",
+        "GRAPHMEND_LOG",
+        "GRAPHMEND_REWRITES",
+        "GRAPHMEND_CACHE",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(cache_dir))
+    yield
+    graphmend.uninstall()
+
+
+@pytest.fixture
+def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Write ``source`` as a fresh, uniquely named top-level module; returns its name."""
+    root = tmp_path / "modules"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+
+    def write(source: str, *, name: str | None = None, encoding: str = "utf-8") -> str:
+        module = name or f"gm_fixture_{os.getpid()}_{next(_counter)}"
+        (root / f"{module}.py").write_bytes(textwrap.dedent(source).encode(encoding))
+        return module
+
+    return write
+
+
+@pytest.fixture
+def load_rewritten(write_module: Callable[..., str], cache_dir: Path) -> Callable[..., ModuleType]:
+    """Write a module, import it through the hook (claimed by name), return it."""
+
+    def load(source: str, **config: object) -> ModuleType:
+        name = write_module(source)
+        settings = Config(packages=(name,), cache_dir=cache_dir, **config)  # type: ignore[arg-type]
+        with graphmend.activation.install_config(settings):
+            __import__(name)
+        return sys.modules[name]
+
+    return load
+
+
+def run_python(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run this interpreter in a child process and capture its output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, *args],
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,29 @@
+"""Count graphs and graph breaks the way the tests need them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch._dynamo.testing import CompileCounter
+from torch._dynamo.utils import counters
+
+
+@dataclass(frozen=True)
+class Compiled:
+    result: Any
+    graphs: int
+    breaks: int
+
+
+def compile_and_run(function: Callable[..., Any], *args: Any, fullgraph: bool = False) -> Compiled:
+    """Run ``function`` under ``torch.compile`` (counting backend) from a clean Dynamo state."""
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounter()
+    result = torch.compile(function, backend=counter, fullgraph=fullgraph)(*args)
+    breaks = sum(counters["graph_break"].values())
+    return Compiled(result, counter.frame_count, breaks)

@@ -1,0 +1,317 @@
+"""T2: print / logger / warnings.warn deferred past the graph, same output as eager."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+
+import pytest
+import torch
+
+from graphmend.findings import Decision
+from graphmend.pipeline import rewrite
+from helpers.graphs import compile_and_run
+
+PRINTS = """
+import sys
+import torch
+
+def scale(x, n):
+    y = x * 2
+    print("y:", y, x.shape, n, sep="|", end="!\\n")
+    y.add_(1)
+    print(f"mean={y.mean():.3f} first={y[0]!r} n={n:>4} shape={x.shape}", file=sys.stdout)
+    print("sum %s of %d" % (y.sum(), n), "{} {k}".format(y.max(), k=n))
+    return y * 3
+"""
+
+
+def test_prints_are_deferred_with_values_captured_at_the_call(load_rewritten, capsys):
+    module = load_rewritten(PRINTS)
+    x = torch.arange(4.0)
+    expected = module.scale(x, 7)
+    eager_output = capsys.readouterr().out
+    compiled = compile_and_run(module.scale, x, 7, fullgraph=True)
+    assert compiled.graphs == 1
+    assert torch.equal(compiled.result, expected)
+    assert capsys.readouterr().out == eager_output
+    # The first print shows y before the in-place update that follows it.
+    assert "y:|tensor([0., 2., 4., 6.])|torch.Size([4])|7!" in eager_output
+
+
+def test_original_print_breaks_the_graph(write_module, capsys):
+    name = write_module(PRINTS)
+    module = __import__(name)
+    compiled = compile_and_run(module.scale, torch.arange(4.0), 7)
+    assert compiled.breaks >= 1
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        compile_and_run(module.scale, torch.arange(4.0), 7, fullgraph=True)
+    capsys.readouterr()
+
+
+LOGS = """
+import logging
+import sys
+import warnings
+import torch
+
+logger = logging.getLogger("gm.test.logs")
+
+class Block(torch.nn.Module):
+    def forward(self, x):
+        logger.info("input %s scaled by %d", x, 3)
+        warnings.warn("Block is deprecated", FutureWarning)
+        h = x * 3
+        logger.warning(f"max {h.max()}")
+        return h
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+
+def _records(caplog):
+    return [
+        (r.name, r.levelno, r.getMessage(), r.funcName, r.lineno, r.pathname)
+        for r in caplog.records
+    ]
+
+
+def test_logging_and_warnings_in_inlined_submodules_keep_every_record(load_rewritten, caplog):
+    module = load_rewritten(LOGS)
+    model = module.Model()
+    x = torch.ones(2)
+    caplog.set_level(logging.INFO, logger="gm.test.logs")
+    with warnings.catch_warnings(record=True) as eager_warnings:
+        warnings.simplefilter("always")
+        expected = model(x)
+    eager_records = _records(caplog)
+    caplog.clear()
+    with warnings.catch_warnings(record=True) as compiled_warnings:
+        warnings.simplefilter("always")
+        compiled = compile_and_run(model, x, fullgraph=True)
+    assert compiled.graphs == 1
+    assert torch.equal(compiled.result, expected)
+    assert len(eager_records) == 4
+    assert _records(caplog) == eager_records
+    assert [(w.category, str(w.message), w.filename, w.lineno) for w in compiled_warnings] == [
+        (w.category, str(w.message), w.filename, w.lineno) for w in eager_warnings
+    ]
+
+
+ORDER = """
+import logging
+import sys
+import sys
+import torch
+
+logger = logging.getLogger("gm.test.order")
+
+def inner(x):
+    print("inner", x.sum())
+    return x + 1
+
+def outer(x):
+    print("first")
+    logger.warning("second %s", x.sum())
+    y = inner(x)
+    print("third", y)
+    return y
+"""
+
+
+def test_relative_order_is_kept_across_inlined_frames(load_rewritten, capsys):
+    module = load_rewritten(ORDER)
+    handler = logging.StreamHandler()
+    logger = logging.getLogger("gm.test.order")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        handler.setStream(sys.stdout)
+        module.outer(torch.ones(2))
+        eager = capsys.readouterr().out
+        compiled = compile_and_run(module.outer, torch.ones(2), fullgraph=True)
+        assert compiled.graphs == 1
+        assert capsys.readouterr().out == eager
+        assert eager.splitlines()[0:2] == ["first", "second tensor(2.)"]
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_value_dynamo_cannot_carry_keeps_the_break_and_the_output(load_rewritten, capsys):
+    module = load_rewritten(
+        """
+        import torch
+        def f(x):
+            parts = [x, x]
+            print("parts", parts)
+            return x + 1
+        """
+    )
+    module.f(torch.ones(1))
+    eager = capsys.readouterr().out
+    compiled = compile_and_run(module.f, torch.ones(1))
+    assert compiled.breaks >= 1
+    assert capsys.readouterr().out == eager
+
+
+def findings_for(source: str):
+    import textwrap
+
+    return rewrite(textwrap.dedent(source), "<fixture>", {"defer"}).findings
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            """
+            import torch
+            def print(*args): pass
+            def f(x):
+                print(x)
+            """,
+            "print is rebound",
+        ),
+        (
+            """
+            import torch
+            from helpers import *
+            def f(x):
+                print(x)
+            """,
+            "star import",
+        ),
+        (
+            """
+            import torch, warnings
+            def f(x):
+                warnings.warn("old", stacklevel=2)
+            """,
+            "stacklevel",
+        ),
+        (
+            """
+            import torch, logging
+            logger = logging.getLogger(__name__)
+            def f(x, args):
+                logger.info(*args)
+            """,
+            "*args",
+        ),
+        (
+            """
+            import torch, logging
+            logger = logging.getLogger(__name__)
+            def f(x):
+                logger.info("failed", exc_info=True)
+            """,
+            "exc_info",
+        ),
+        (
+            """
+            import torch
+            class M:
+                def forward(self, x):
+                    self.logger.warning("x")
+            """,
+            "not a module-level logger",
+        ),
+        (
+            """
+            import torch, logging
+            logger = logging.getLogger(__name__)
+            logger = logging.getLogger("other")
+            def f(x):
+                logger.warning("x")
+            """,
+            "not a module-level logger",
+        ),
+        (
+            """
+            import torch
+            def f(x, w):
+                print(f"{x:{w}}")
+            """,
+            "format spec computed at run time",
+        ),
+        (
+            """
+            def f(x):
+                print(x)
+            """,
+            "does not import torch",
+        ),
+    ],
+)
+def test_declined_sites_say_why(source, reason):
+    (finding,) = findings_for(source)
+    assert finding.decision is Decision.DECLINED
+    assert reason in finding.reason
+
+
+def test_print_shadowed_by_a_local_is_not_a_candidate_but_a_decline():
+    (finding,) = findings_for(
+        """
+        import torch
+        def f(x, print):
+            print(x)
+        """
+    )
+    assert finding.decision is Decision.DECLINED
+
+
+def test_sites_outside_functions_and_in_coroutines_are_left_alone():
+    assert (
+        findings_for(
+            """
+            import torch
+            print("module level")
+            class C:
+                print("class body")
+            async def g(x):
+                print(x)
+            """
+        )
+        == ()
+    )
+
+
+def test_each_recognised_callee_is_rewritten():
+    findings = findings_for(
+        """
+        import logging
+        import warnings
+        from warnings import warn
+        import torch
+        from transformers.utils import logging as hf_logging
+
+        logger = hf_logging.get_logger(__name__)
+
+        def f(x):
+            print(x)
+            logger.warning_once("once")
+            logger.info_once("once")
+            logging.warning("root logger")
+            warnings.warn("w")
+            warn("w", DeprecationWarning)
+            other(x)
+        """
+    )
+    assert [f.decision for f in findings] == [Decision.REWRITTEN] * 6
+    assert [f.lineno for f in findings] == [11, 12, 13, 14, 15, 16]
+
+
+def test_eager_path_is_the_original_statement(load_rewritten, capsys):
+    module = load_rewritten(PRINTS)
+    # Outside tracing the rewritten function runs the original print calls.
+    module.scale(torch.ones(2), 1)
+    assert capsys.readouterr().out.startswith("y:|tensor([2., 2.])|torch.Size([2])|1!")
