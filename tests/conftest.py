@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -68,18 +67,3 @@ def load_rewritten(write_module: Callable[..., str], cache_dir: Path) -> Callabl
         return sys.modules[name]
 
     return load
-
-
-def run_python(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    """Run this interpreter in a child process and capture its output."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, *args],
-        env=full_env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )

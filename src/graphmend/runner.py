@@ -66,5 +66,5 @@ def _report_uncaught(run: Callable[[], object]) -> None:
             _OWN_FILES
         ):
             traceback = traceback.tb_next
-        sys.excepthook(type(error), error, traceback)
+        sys.excepthook(type(error), error.with_traceback(traceback), traceback)
         raise SystemExit(1) from None

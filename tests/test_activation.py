@@ -1,0 +1,97 @@
+"""The ways in: install()/uninstall(), GRAPHMEND=1 through the .pth shim, the debug log."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+import graphmend
+from graphmend.config import Config, ConfigError
+from graphmend.importer import GraphMendFinder, GraphMendLoader
+from helpers.processes import run_python
+
+SOURCE = "import torch\n\ndef f(x):\n    print('x', x)\n    return x\n"
+
+
+def _finders() -> list[GraphMendFinder]:
+    return [finder for finder in sys.meta_path if isinstance(finder, GraphMendFinder)]
+
+
+def test_install_is_idempotent_and_reconfigures(write_module):
+    first = graphmend.install(["gm_a"])
+    assert graphmend.install(["gm_a"]) is first
+    assert len(_finders()) == 1
+    second = graphmend.install(["gm_b"])
+    assert len(_finders()) == 1 and second.packages == ("gm_b",)
+    assert not first.active and second.active
+    graphmend.uninstall()
+    assert _finders() == []
+    graphmend.uninstall()  # harmless when nothing is installed
+
+
+def test_installation_is_a_context_manager(write_module):
+    name = write_module(SOURCE)
+    with graphmend.install(name) as installation:
+        assert installation.active
+        module = importlib.import_module(name)
+    assert not installation.active and _finders() == []
+    assert isinstance(module.__loader__, GraphMendLoader)
+
+
+def test_install_warns_about_matching_modules_already_imported(write_module):
+    name = write_module(SOURCE)
+    importlib.import_module(name)
+    with pytest.warns(graphmend.GraphMendWarning, match=rf"imported before the hook.*{name}"):
+        graphmend.install([name])
+
+
+def test_install_reads_cache_dir_and_packages(tmp_path, write_module, monkeypatch):
+    name = write_module(SOURCE)
+    monkeypatch.setenv("GRAPHMEND_PACKAGES", f"{name}, other.*")
+    installation = graphmend.install(cache_dir=tmp_path / "elsewhere")
+    assert installation.packages == (name, "other.*")
+    importlib.import_module(name)
+    assert list((tmp_path / "elsewhere").rglob("*.gmc"))
+
+
+def test_bad_settings_are_clear_errors(monkeypatch):
+    with pytest.raises(ValueError, match="invalid module pattern 'a b'"):
+        graphmend.install(["a b"])
+    monkeypatch.setenv("GRAPHMEND_REWRITES", "defer,teleport")
+    with pytest.raises(ConfigError, match="unknown rewrite"):
+        graphmend.install()
+    monkeypatch.setenv("GRAPHMEND_REWRITES", "")
+    assert Config.from_env().rewrites == frozenset()
+
+
+def test_environment_variable_activates_every_process(write_module, tmp_path, cache_dir):
+    name = write_module(SOURCE)
+    script = f"import {name}, sys; print(type({name}.__loader__).__name__)"
+    env = {
+        "PYTHONPATH": str(tmp_path / "modules"),
+        "GRAPHMEND_PACKAGES": name,
+        "GRAPHMEND_CACHE_DIR": str(cache_dir),
+    }
+    on = run_python("-c", script, env={**env, "GRAPHMEND": "1", "GRAPHMEND_LOG": "debug"})
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.strip() == "GraphMendLoader"
+    assert f"graphmend: {name}: rewritten (defer 1 rewritten)" in on.stderr
+    again = run_python("-c", script, env={**env, "GRAPHMEND": "1", "GRAPHMEND_LOG": "debug"})
+    assert f"graphmend: {name}: cache hit (defer 1 rewritten)" in again.stderr
+    off = run_python("-c", script + "; print('graphmend' in sys.modules)", env=env)
+    assert off.stdout.split() == ["SourceFileLoader", "False"]
+    zero = run_python("-c", script, env={**env, "GRAPHMEND": "0"})
+    assert zero.stdout.strip() == "SourceFileLoader"
+
+
+def test_broken_environment_never_stops_the_interpreter(write_module, tmp_path):
+    result = run_python(
+        "-c",
+        "print('started')",
+        env={"GRAPHMEND": "1", "GRAPHMEND_PACKAGES": "not a pattern!"},
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip() == "started"
+    assert "graphmend: GRAPHMEND=1 but the hook was not installed" in result.stderr

@@ -1,0 +1,87 @@
+"""Static analysis: module patterns and name resolution."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
+from graphmend.patterns import ModuleMatcher, PatternError
+
+
+@pytest.mark.parametrize(
+    ("patterns", "name", "claimed"),
+    [
+        (["transformers.models.*"], "transformers.models.llama.modeling_llama", True),
+        (["transformers.models.*"], "transformers.models", False),
+        (["transformers.models.*"], "transformers.modeling_utils", False),
+        (["transformers.modeling_*"], "transformers.modeling_rope_utils", True),
+        (["mypkg"], "mypkg", True),
+        (["mypkg"], "mypkg.sub.mod", True),
+        (["mypkg"], "mypkg_other", False),
+        (["*.modeling_*"], "anything.modeling_x", True),
+        (["transformers_modules.*"], "transformers_modules.abc123.modeling_x", True),
+        ([], "anything", False),
+    ],
+)
+def test_module_patterns(patterns, name, claimed):
+    assert ModuleMatcher(patterns).matches(name) is claimed
+
+
+@pytest.mark.parametrize("pattern", ["", " ", "a b", ".rel", "a..b", "a/b"])
+def test_bad_patterns_are_refused(pattern):
+    with pytest.raises(PatternError):
+        ModuleMatcher([pattern])
+
+
+def _scopes(source: str) -> tuple[ModuleScopes, ast.Module]:
+    tree = ast.parse(textwrap.dedent(source))
+    return ModuleScopes(tree), tree
+
+
+def _function(tree: ast.Module, name: str) -> ast.AST:
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_resolution_follows_python_scoping():
+    scopes, tree = _scopes(
+        """
+        import logging as log
+        from warnings import warn
+        logger = log.getLogger(__name__)
+        counter = 0
+
+        def outer(a):
+            local = 1
+            def inner(b):
+                return a + local + b
+            [z for z in range(3)]
+            if (walrus := a):
+                pass
+            return inner
+
+        def rebinds():
+            global counter
+            counter = 1
+        """
+    )
+    outer, inner = _function(tree, "outer"), _function(tree, "inner")
+    assert scopes.resolve("a", [outer, inner]) is Resolution.LOCAL
+    assert scopes.resolve("local", [outer, inner]) is Resolution.LOCAL
+    assert scopes.resolve("walrus", [outer]) is Resolution.LOCAL
+    assert scopes.resolve("z", [outer]) is Resolution.BUILTIN  # comprehension-local
+    assert scopes.resolve("print", [outer]) is Resolution.BUILTIN
+    assert scopes.resolve("logger", [outer]) is Resolution.GLOBAL
+    binding = scopes.sole_global_binding("logger", [outer])
+    assert binding is not None and binding.kind is BindingKind.ASSIGN
+    assert scopes.sole_global_binding("log", [outer]).imported == "logging"
+    assert scopes.sole_global_binding("warn", [outer]).imported == "warnings.warn"
+    # `global counter` plus an assignment is a second module-level binding.
+    assert scopes.sole_global_binding("counter", [outer]) is None
+
+
+def test_star_import_makes_unbound_names_unknown():
+    scopes, tree = _scopes("from torch import *\ndef f():\n    print(1)\n")
+    assert scopes.resolve("print", [_function(tree, "f")]) is Resolution.UNKNOWN

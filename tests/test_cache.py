@@ -1,0 +1,237 @@
+"""The content-keyed bytecode cache: hits, corruption, read-only use, concurrent writers."""
+
+from __future__ import annotations
+
+import marshal
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from graphmend.cache import BytecodeCache
+from graphmend.cli import main as cli_main
+from graphmend.config import Config
+from graphmend.rewriter import ModuleRewriter, Status
+from helpers.processes import run_python
+
+SOURCE = b"import torch\n\ndef f(x):\n    print('x is', x)\n    return x\n"
+
+
+@pytest.fixture
+def module_file(tmp_path: Path) -> Path:
+    path = tmp_path / "src" / "cached_module.py"
+    path.parent.mkdir()
+    path.write_bytes(SOURCE)
+    return path
+
+
+def _build(cache_dir: Path, path: Path, **settings: object):
+    rewriter = ModuleRewriter(Config(packages=("cached_module",), cache_dir=cache_dir, **settings))  # type: ignore[arg-type]
+    return rewriter.build("cached_module", str(path), path.read_bytes())
+
+
+def _entries(cache_dir: Path) -> list[Path]:
+    return sorted(cache_dir.rglob("*.gmc"))
+
+
+def test_second_build_is_a_hit_with_the_same_code(cache_dir, module_file):
+    first = _build(cache_dir, module_file)
+    second = _build(cache_dir, module_file)
+    assert (first.status, second.status) == (Status.REWRITTEN, Status.CACHE_HIT)
+    assert marshal.dumps(second.code) == marshal.dumps(first.code)
+    assert second.summary == first.summary == {"defer": {"rewritten": 1}}
+
+
+def test_key_follows_content_not_mtime(cache_dir, module_file):
+    _build(cache_dir, module_file)
+    os.utime(module_file, (1, 1))
+    assert _build(cache_dir, module_file).status is Status.CACHE_HIT
+    module_file.write_bytes(SOURCE + b"# edited\n")
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+
+
+def test_key_covers_settings_and_path(cache_dir, module_file, tmp_path):
+    _build(cache_dir, module_file)
+    assert _build(cache_dir, module_file, rewrites=()).status is Status.UNCHANGED
+    copy = tmp_path / "elsewhere" / "cached_module.py"
+    copy.parent.mkdir()
+    shutil.copy(module_file, copy)
+    outcome = _build(cache_dir, copy)
+    assert outcome.status is Status.REWRITTEN
+    assert outcome.code.co_filename == str(copy)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[:10],
+        lambda data: data[: len(data) // 2],
+        lambda data: b"XXXX" + data[4:],
+        lambda data: data[:-5] + bytes(5),
+        lambda data: b"",
+    ],
+    ids=["short-header", "truncated", "bad-magic", "flipped-payload", "empty"],
+)
+def test_corrupt_entry_is_ignored_and_rebuilt(cache_dir, module_file, damage):
+    _build(cache_dir, module_file)
+    (entry,) = _entries(cache_dir)
+    entry.write_bytes(damage(entry.read_bytes()))
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+    assert _build(cache_dir, module_file).status is Status.CACHE_HIT
+
+
+def test_entry_of_another_key_under_the_same_name_is_not_used(cache_dir, module_file):
+    _build(cache_dir, module_file)
+    (entry,) = _entries(cache_dir)
+    other_key = BytecodeCache.key(b"other source", str(module_file), "rewrites=defer")
+    # The expected file name with another key inside: a name collision never loads.
+    data = bytearray(entry.read_bytes())
+    data[4:36] = other_key
+    entry.write_bytes(bytes(data))
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+
+
+def test_unwritable_cache_is_read_but_never_written(cache_dir, module_file, monkeypatch):
+    _build(cache_dir, module_file)
+    edited = module_file.with_name("cached_module.py")
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("graphmend.cache.tempfile.NamedTemporaryFile", read_only)
+    assert _build(cache_dir, module_file).status is Status.CACHE_HIT
+    edited.write_bytes(SOURCE + b"# new\n")
+    outcome = _build(cache_dir, edited)
+    assert outcome.status is Status.REWRITTEN and outcome.code is not None
+    assert len(_entries(cache_dir)) == 1
+    assert not list(cache_dir.rglob("*.tmp"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_directory(cache_dir, module_file):
+    _build(cache_dir, module_file)
+    for directory in [cache_dir, *cache_dir.iterdir()]:
+        directory.chmod(0o555)
+    try:
+        assert _build(cache_dir, module_file).status is Status.CACHE_HIT
+        module_file.write_bytes(SOURCE + b"# new\n")
+        assert _build(cache_dir, module_file).status is Status.REWRITTEN
+    finally:
+        for directory in [cache_dir, *cache_dir.iterdir()]:
+            directory.chmod(0o755)
+
+
+def test_cache_directory_that_is_a_file_means_no_cache(tmp_path, module_file):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    outcome = _build(blocker, module_file)
+    assert outcome.status is Status.REWRITTEN and outcome.code is not None
+
+
+def test_cache_off_writes_nothing(cache_dir, module_file):
+    assert _build(cache_dir, module_file, cache_enabled=False).status is Status.REWRITTEN
+    assert _build(cache_dir, module_file, cache_enabled=False).status is Status.REWRITTEN
+    assert not cache_dir.exists()
+
+
+CONCURRENT = textwrap.dedent(
+    """
+    import sys, time
+    start = float(sys.argv[1])
+    while time.time() < start:
+        time.sleep(0.001)
+    import torch
+    import concurrent_target
+    print(concurrent_target.f(torch.ones(1)).sum().item())
+    """
+)
+
+
+def test_concurrent_cold_writers_never_see_a_torn_entry(tmp_path, cache_dir):
+    import subprocess
+    import sys
+    import time
+
+    source_dir = tmp_path / "concurrent"
+    source_dir.mkdir()
+    body = "".join(
+        f"\ndef g{i}(x):\n    print('g{i}', x)\n    return x * {i}\n" for i in range(300)
+    )
+    (source_dir / "concurrent_target.py").write_text(
+        "import torch\n" + body + "\ndef f(x):\n    return g7(x)\n"
+    )
+    (source_dir / "driver.py").write_text(CONCURRENT)
+    env = {
+        **os.environ,
+        "GRAPHMEND": "1",
+        "GRAPHMEND_PACKAGES": "concurrent_target",
+        "GRAPHMEND_CACHE_DIR": str(cache_dir),
+        "GRAPHMEND_LOG": "debug",
+        "PYTHONPATH": str(source_dir),
+    }
+    start = str(time.time() + 8)
+    children = [
+        subprocess.Popen(
+            [sys.executable, str(source_dir / "driver.py"), start],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    outputs = [child.communicate(timeout=300) for child in children]
+    for child, (stdout, stderr) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, stderr[-2000:]
+        assert "g7 tensor([1.])" in stdout and stdout.strip().endswith("7.0")
+        assert "GraphMendWarning" not in stderr
+    assert len(_entries(cache_dir)) == 1
+    assert not list(cache_dir.rglob("*.tmp"))
+    after = run_python(str(source_dir / "driver.py"), "0", env=env)
+    assert "concurrent_target: cache hit" in after.stderr
+
+
+def test_cli_info_warm_clear(tmp_path, cache_dir, monkeypatch, capsys):
+    package = tmp_path / "pkgs" / "gm_warm_pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_bytes(SOURCE)
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_bytes(SOURCE)
+    (package / "sub" / "data.txt").write_text("not python")
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(cache_dir))
+
+    assert cli_main(["cache", "warm", "gm_warm_pkg"]) == 0
+    captured = capsys.readouterr()
+    assert "[4/4]" in captured.err
+    assert "warmed 4 modules" in captured.out
+    assert len(_entries(cache_dir)) == 4
+
+    assert cli_main(["cache", "warm", "gm_warm_pkg.sub.*"]) == 0
+    assert "1 cache hit" in capsys.readouterr().out
+
+    assert cli_main(["cache", "info"]) == 0
+    info = capsys.readouterr().out
+    assert f"directory: {cache_dir}" in info and "entries:   4" in info
+
+    # An import after warming is served from the cache.
+    rewriter = ModuleRewriter(Config.from_env())
+    path = package / "a.py"
+    assert rewriter.build("gm_warm_pkg.a", str(path), path.read_bytes()).status is Status.CACHE_HIT
+
+    assert cli_main(["cache", "clear"]) == 0
+    assert "removed 4 entries" in capsys.readouterr().out
+    assert _entries(cache_dir) == []
+
+
+def test_cli_warm_reports_what_it_cannot_do(monkeypatch, capsys):
+    assert cli_main(["cache", "warm", "*.modeling_*"]) == 2
+    assert "top-level package is a glob" in capsys.readouterr().err
+    assert cli_main(["cache", "warm", "no_such_package_anywhere"]) == 2
+    assert "no modules on sys.path match" in capsys.readouterr().err
+    monkeypatch.setenv("GRAPHMEND_CACHE", "0")
+    assert cli_main(["cache", "warm", "graphmend"]) == 2
+    assert "cache is off" in capsys.readouterr().err

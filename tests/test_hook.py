@@ -1,0 +1,182 @@
+"""The import hook: what it claims, and that claimed modules keep their identity."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import inspect
+import pickle
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import graphmend
+from graphmend.config import Config
+from graphmend.importer import GraphMendLoader
+from graphmend.rewriter import GraphMendWarning
+
+MODULE = """
+import torch
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+def shout(x):
+    print("value", x)
+    return x
+
+def fail(x):
+    print("about to fail", x)
+    raise RuntimeError("boom")
+"""
+
+
+def _install(*patterns: str, cache_dir: Path) -> graphmend.Installation:
+    return graphmend.activation.install_config(Config(packages=patterns, cache_dir=cache_dir))
+
+
+def test_claimed_module_keeps_its_identity(write_module, cache_dir, capsys):
+    name = write_module(MODULE)
+    _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    assert isinstance(module.__loader__, GraphMendLoader)
+    assert module.__spec__.loader is module.__loader__
+    assert module.__spec__.origin == module.__file__
+    assert module.__file__.endswith(f"{name}.py")
+    # inspect reads the original source from disk.
+    assert inspect.getsource(module.shout).splitlines()[1] == '    print("value", x)'
+    # Classes pickle by reference to the module.
+    point = pickle.loads(pickle.dumps(module.Point(3)))
+    assert type(point) is module.Point and point.x == 3
+    # Tracebacks carry the original line numbers.
+    with pytest.raises(RuntimeError) as raised:
+        module.fail(1)
+    frame = traceback.extract_tb(raised.value.__traceback__)[-1]
+    assert (frame.lineno, frame.line) == (14, 'raise RuntimeError("boom")')
+    capsys.readouterr()
+
+
+def test_reload_goes_through_the_hook_again(write_module, cache_dir):
+    name = write_module(MODULE)
+    _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    reloaded = importlib.reload(module)
+    assert reloaded is module
+    assert isinstance(reloaded.__loader__, GraphMendLoader)
+
+
+def test_resources_of_a_claimed_package(tmp_path, monkeypatch, cache_dir):
+    package = tmp_path / "pkgs" / "gm_resources_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import torch\n")
+    (package / "data.txt").write_text("payload")
+    monkeypatch.syspath_prepend(str(package.parent))
+    _install("gm_resources_pkg", cache_dir=cache_dir)
+    module = importlib.import_module("gm_resources_pkg")
+    assert isinstance(module.__loader__, GraphMendLoader)
+    assert importlib.resources.files(module).joinpath("data.txt").read_text() == "payload"
+    sys.modules.pop("gm_resources_pkg")
+
+
+def test_unclaimed_names_namespace_packages_and_extensions_are_left_alone(
+    tmp_path, monkeypatch, write_module, cache_dir
+):
+    name = write_module(MODULE)
+    namespace = tmp_path / "ns" / "gm_namespace_pkg"
+    namespace.mkdir(parents=True)
+    (namespace / "inner.py").write_text("import torch\nVALUE = 1\n")
+    monkeypatch.syspath_prepend(str(namespace.parent))
+    _install("gm_namespace_pkg", "math", cache_dir=cache_dir)
+    assert not isinstance(importlib.import_module(name).__loader__, GraphMendLoader)
+    package = importlib.import_module("gm_namespace_pkg")
+    assert not isinstance(package.__loader__, GraphMendLoader)
+    inner = importlib.import_module("gm_namespace_pkg.inner")
+    assert isinstance(inner.__loader__, GraphMendLoader)
+    finder = graphmend.activation.active_installation().finder
+    assert finder.find_spec("math") is None  # built in: not source
+
+
+def test_syntax_error_is_exactly_the_one_python_raises(write_module, cache_dir):
+    source = "import torch\ndef f(:\n    pass\n"
+    plain = write_module(source)
+    claimed = write_module(source)
+    with pytest.raises(SyntaxError) as expected:
+        importlib.import_module(plain)
+    _install(claimed, cache_dir=cache_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no GraphMend warning either
+        with pytest.raises(SyntaxError) as raised:
+            importlib.import_module(claimed)
+    assert type(raised.value) is type(expected.value)
+    assert (raised.value.msg, raised.value.lineno, raised.value.offset, raised.value.text) == (
+        expected.value.msg,
+        expected.value.lineno,
+        expected.value.offset,
+        expected.value.text,
+    )
+    assert raised.value.filename.endswith(f"{claimed}.py")
+
+
+def test_non_utf8_source_with_a_coding_cookie(write_module, cache_dir, capsys):
+    source = (
+        "# -*- coding: latin-1 -*-\n"
+        "import torch\n\n"
+        "def greet(x):\n"
+        '    print("café", x)\n'
+        '    return "café"\n'
+    )
+    name = write_module(source, encoding="latin-1")
+    installation = _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    assert module.greet(1) == "café"
+    assert capsys.readouterr().out == "café 1\n"
+    assert installation.finder.rewriter.build(
+        name, module.__file__, Path(module.__file__).read_bytes()
+    ).summary == {"defer": {"rewritten": 1}}
+
+
+def test_a_module_the_rewrite_cannot_handle_loads_unchanged_with_one_warning(
+    write_module, cache_dir, monkeypatch, capsys
+):
+    name = write_module(MODULE)
+
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("graphmend.rewriter.rewrite", broken)
+    _install(name, cache_dir=cache_dir)
+    with pytest.warns(
+        GraphMendWarning, match=rf"could not rewrite {name} \(RecursionError"
+    ) as caught:
+        module = importlib.import_module(name)
+    assert len(caught) == 1
+    assert module.shout(2) == 2  # the original code runs
+    assert capsys.readouterr().out == "value 2\n"
+
+
+def test_pytest_assertion_rewriting_and_graphmend_work_in_one_process(write_module, cache_dir):
+    # This module was rewritten by pytest's own meta-path hook; a GraphMend hook
+    # installed in the same process claims its own modules and leaves pytest's.
+    _install(write_module(MODULE), cache_dir=cache_dir)
+    hook_types = {type(finder).__name__ for finder in sys.meta_path}
+    assert {"AssertionRewritingHook", "GraphMendFinder"} <= hook_types
+    value = [1, 2]
+    with pytest.raises(AssertionError) as raised:
+        assert value == [1, 3]
+    assert "[1, 2] == [1, 3]" in str(raised.value)  # pytest's rewritten message
+
+
+def test_compiled_claimed_module_runs_as_one_graph(write_module, cache_dir, capsys):
+    from helpers.graphs import compile_and_run
+
+    name = write_module(MODULE)
+    _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    compiled = compile_and_run(module.shout, torch.ones(2), fullgraph=True)
+    assert compiled.graphs == 1
+    assert capsys.readouterr().out == "value tensor([1., 1.])\n"

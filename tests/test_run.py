@@ -1,0 +1,116 @@
+"""python -m graphmend run: the script or module sees what plain python gives it."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.processes import run_python
+
+IDENTITY = textwrap.dedent(
+    """
+    import sys
+    import torch
+    print(sys.argv)
+    print(sys.path[0])
+    print(__name__, __file__, __spec__, __package__, type(__loader__).__name__)
+    print(sys.modules["__main__"].__dict__ is globals())
+
+    def shout(x):
+        print("shout", x)
+        return x * 2
+
+    if __name__ == "__main__":
+        compiled = torch.compile(shout, backend="eager", fullgraph=True)
+        try:
+            print(compiled(torch.ones(1)))
+        except Exception as error:
+            print("fullgraph failed:", type(error).__name__)
+        sys.exit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0)
+    """
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path, cache_dir: Path) -> Path:
+    (tmp_path / "proj" / "pkg").mkdir(parents=True)
+    (tmp_path / "proj" / "script.py").write_text(IDENTITY)
+    (tmp_path / "proj" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "proj" / "pkg" / "__main__.py").write_text(IDENTITY)
+    (tmp_path / "proj" / "pkg" / "tool.py").write_text(IDENTITY)
+    return tmp_path / "proj"
+
+
+def _lines(result):
+    """Output lines with the loader (GraphMend's or Python's, and its address) normalised."""
+    return [
+        re.sub(
+            r"<[\w.]*\.(SourceFileLoader|GraphMendLoader) object at 0x[0-9a-f]+>|"
+            r"\b(SourceFileLoader|GraphMendLoader)\b",
+            "<loader>",
+            line,
+        )
+        for line in result.stdout.splitlines()
+    ]
+
+
+def test_script_sees_what_plain_python_gives_it(project):
+    plain = run_python("script.py", "a", "--flag", "3", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "script.py", "a", "--flag", "3", cwd=project)
+    assert plain.returncode == mended.returncode == 3
+    assert _lines(plain)[:4] == _lines(mended)[:4]
+    assert _lines(plain)[4:] == ["fullgraph failed: Unsupported"]
+    # The script's own module is rewritten: its print no longer breaks the graph.
+    assert _lines(mended)[4:] == ["shout tensor([1.])", "tensor([2.])"]
+
+
+def test_module_sees_what_python_dash_m_gives_it(project):
+    for module in ("pkg.tool", "pkg"):
+        plain = run_python("-m", module, "x", "0", cwd=project)
+        mended = run_python("-m", "graphmend", "run", "-m", module, "x", "0", cwd=project)
+        assert plain.returncode == mended.returncode == 0, mended.stderr
+        assert _lines(plain)[:4] == _lines(mended)[:4]
+        assert _lines(mended)[4:] == ["shout tensor([1.])", "tensor([2.])"]
+
+
+def test_uncaught_exception_exits_1_with_the_scripts_traceback(project):
+    (project / "crash.py").write_text("def boom():\n    raise KeyError('gone')\n\nboom()\n")
+    plain = run_python("crash.py", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "crash.py", cwd=project)
+    assert plain.returncode == mended.returncode == 1
+    assert mended.stderr == plain.stderr
+    assert "graphmend" not in mended.stderr
+
+
+def test_packages_option_adds_patterns(project, cache_dir):
+    (project / "uses_pkg.py").write_text(
+        "import pkg.tool\nprint(type(pkg.tool.__loader__).__name__)\n"
+    )
+    plain = run_python("-m", "graphmend", "run", "uses_pkg.py", cwd=project)
+    extra = run_python("-m", "graphmend", "run", "-p", "pkg.*", "uses_pkg.py", cwd=project)
+    assert plain.stdout.splitlines()[-1] == "SourceFileLoader"
+    assert extra.stdout.splitlines()[-1] == "GraphMendLoader"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([], "run needs a script or -m module"),
+        (["-p"], "-p needs a PATTERN"),
+        (["-m"], "-m needs a module name"),
+        (["--bogus", "x.py"], "unknown option '--bogus'"),
+        (["-p", "bad pattern!", "x.py"], "invalid module pattern"),
+    ],
+)
+def test_usage_errors_exit_2(arguments, message):
+    result = run_python("-m", "graphmend", "run", *arguments)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_help_and_version():
+    assert "usage: python -m graphmend run" in run_python("-m", "graphmend", "run", "-h").stdout
+    assert run_python("-m", "graphmend", "--version").stdout.startswith("graphmend ")
