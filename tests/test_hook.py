@@ -148,7 +148,7 @@ def test_a_module_the_rewrite_cannot_handle_loads_unchanged_with_one_warning(
     def broken(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr("graphmend.rewriter.rewrite", broken)
+    monkeypatch.setattr("graphmend.pipeline.rewrite", broken)
     _install(name, cache_dir=cache_dir)
     with pytest.warns(
         GraphMendWarning, match=rf"could not rewrite {name} \(RecursionError"

@@ -17,7 +17,6 @@ function so those modules are claimed too.
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -59,8 +58,8 @@ def claimable(spec: importlib.machinery.ModuleSpec | None) -> bool:
     )
 
 
-class GraphMendFinder(importlib.abc.MetaPathFinder):
-    """Claims modules whose dotted names match the configured patterns."""
+class GraphMendFinder:
+    """Claims modules whose dotted names match the configured patterns (a meta-path finder)."""
 
     def __init__(self, matcher: ModuleMatcher, rewriter: ModuleRewriter) -> None:
         self.matcher = matcher

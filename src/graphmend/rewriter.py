@@ -17,7 +17,6 @@ from types import CodeType
 from graphmend.cache import BytecodeCache
 from graphmend.config import Config
 from graphmend.findings import describe_summary, summarize
-from graphmend.pipeline import compile_module, rewrite
 
 
 class GraphMendWarning(UserWarning):
@@ -76,6 +75,8 @@ class ModuleRewriter:
 
     def build(self, module_name: str, filename: str, source: bytes) -> Outcome:
         """Produce (or read back) the code for one module and say what happened."""
+        from graphmend.pipeline import compile_module, rewrite  # only once a module is claimed
+
         started = time.perf_counter()
         key = None
         if self.cache is not None:

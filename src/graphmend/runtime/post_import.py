@@ -6,7 +6,6 @@ would add about a second to the import of every rewritten module.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
 import threading
@@ -23,7 +22,7 @@ def _is_ready(name: str) -> bool:
     return module is not None and not getattr(spec, "_initializing", False)
 
 
-class _CallbackLoader(importlib.abc.Loader):
+class _CallbackLoader:
     """Wraps the real loader; runs the callbacks after the module executed."""
 
     def __init__(self, loader: Any, callbacks: list[Callback]) -> None:
@@ -43,7 +42,7 @@ class _CallbackLoader(importlib.abc.Loader):
             callback(module)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
+class _PostImportFinder:
     def __init__(self) -> None:
         self.pending: dict[str, list[Callback]] = {}
         self._lock = threading.Lock()
