@@ -35,7 +35,7 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 )
 
 #: The rewrites GraphMend knows, in the order the pipeline applies them.
-ALL_REWRITES: tuple[str, ...] = ("defer",)
+ALL_REWRITES: tuple[str, ...] = ("trap", "defer")
 
 _FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
 
@@ -110,6 +110,10 @@ class Config:
     def with_packages(self, packages: Iterable[str]) -> Config:
         """A copy claiming exactly ``packages``."""
         return replace(self, packages=tuple(packages))
+
+    def with_rewrites(self, rewrites: Iterable[str]) -> Config:
+        """A copy running exactly ``rewrites`` (checked)."""
+        return replace(self, rewrites=frozenset(rewrites))
 
     def settings_key(self) -> str:
         """The part of the cache key that depends on settings (not on the source)."""

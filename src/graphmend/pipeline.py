@@ -15,7 +15,15 @@ from types import CodeType
 from graphmend.analysis.scopes import ModuleScopes
 from graphmend.findings import Finding
 from graphmend.rewrites import REWRITES
-from graphmend.rewrites.common import RUNTIME, TRACING, ModuleContext, load, locate, store
+from graphmend.rewrites.common import (
+    RUNTIME,
+    TRACING,
+    ModuleContext,
+    load,
+    locate,
+    mark_generated,
+    store,
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,6 @@ def _insert_prelude(tree: ast.Module, after: ast.stmt, generated: list[ast.stmt]
         ),
     ]
     for statement in prelude:
-        locate(statement, after)
+        mark_generated(locate(statement, after))
     index = tree.body.index(after) + 1
     tree.body[index:index] = prelude + generated

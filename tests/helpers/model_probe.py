@@ -66,6 +66,44 @@ def biogpt_sdpa_output_attentions():
 
 
 @case
+def xlm_length_assert():
+    from transformers import XLMConfig, XLMModel
+
+    config = XLMConfig(vocab_size=99, emb_dim=16, n_layers=2, n_heads=2, max_position_embeddings=64)
+    return XLMModel(config), {"input_ids": _ids(99)}
+
+
+@case
+def flaubert_length_assert():
+    from transformers import FlaubertConfig, FlaubertModel
+
+    config = FlaubertConfig(
+        vocab_size=99, emb_dim=16, n_layers=2, n_heads=2, max_position_embeddings=64
+    )
+    return FlaubertModel(config), {"input_ids": _ids(99)}
+
+
+@case
+def grounding_dino_spatial_shapes_guard():
+    from transformers import GroundingDinoConfig
+    from transformers.models.grounding_dino import modeling_grounding_dino as module
+
+    config = GroundingDinoConfig(d_model=16, num_feature_levels=2, disable_custom_kernels=True)
+    attention = module.GroundingDinoMultiscaleDeformableAttention(config, num_heads=2, n_points=2)
+    shapes = torch.tensor([[4, 4], [2, 2]])
+    generator = torch.Generator().manual_seed(2)
+    inputs = {
+        "hidden_states": torch.randn(1, 3, 16, generator=generator),
+        "encoder_hidden_states": torch.randn(1, 20, 16, generator=generator),
+        "reference_points": torch.rand(1, 3, 2, 2, generator=generator),
+        "spatial_shapes": shapes,
+        "spatial_shapes_list": [(4, 4), (2, 2)],
+        "level_start_index": torch.tensor([0, 16]),
+    }
+    return attention, inputs
+
+
+@case
 def tiny_remote_model():
     from pathlib import Path
 

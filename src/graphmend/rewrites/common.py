@@ -76,6 +76,12 @@ def make_function(
     return mark_generated(function)  # type: ignore[return-value]
 
 
+def thunk(body: ast.expr) -> ast.Lambda:
+    """``lambda: body``."""
+    arguments = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+    return ast.Lambda(args=arguments, body=body)
+
+
 def dual_path(site: ast.stmt, tracing_body: list[ast.stmt]) -> ast.If:
     """``if tracing(): <tracing_body> else: <site>`` located at ``site``.
 
@@ -128,7 +134,8 @@ class FunctionStatementRewriter:
 
     Subclasses implement :meth:`rewrite_statement`, which returns the statement
     unchanged or its replacement, and call :meth:`record` once per candidate
-    site.  Nested blocks are rewritten before the statement that holds them.
+    site.  A statement is offered before the blocks it holds (an ``if`` before
+    its branches); code a rewrite generated is not visited again.
     Module-level and class-level statements are left alone (TorchDynamo traces
     functions), and so are coroutines, which it does not trace.
     """
@@ -178,13 +185,29 @@ class FunctionStatementRewriter:
                 self._scopes.append((statement.name, function))
                 statement.body = self._rewrite_block(statement.body, function is not None)
                 self._scopes.pop()
-            elif not isinstance(statement, ast.AsyncFunctionDef) and not is_generated(statement):
+                rewritten.append(statement)
+            elif isinstance(statement, ast.AsyncFunctionDef) or is_generated(statement):
+                rewritten.append(statement)
+            elif not in_function:
                 self._rewrite_nested_blocks(statement, in_function)
-                if in_function:
-                    result = self.rewrite_statement(statement)
-                    rewritten.extend(result if isinstance(result, list) else [result])
-                    continue
-            rewritten.append(statement)
+                rewritten.append(statement)
+            else:
+                rewritten.extend(self._rewrite_in_function(statement))
+        return rewritten
+
+    def _rewrite_in_function(self, statement: ast.stmt) -> list[ast.stmt]:
+        """Rewrite a statement, then what it holds (outer sites first)."""
+        result = self.rewrite_statement(statement)
+        results = result if isinstance(result, list) else [result]
+        rewritten: list[ast.stmt] = []
+        for node in results:
+            if node is statement:
+                self._rewrite_nested_blocks(node, in_function=True)
+                rewritten.append(node)
+            elif is_generated(node):
+                rewritten.append(node)
+            else:  # a statement moved out of the site (an `else:` after a guard)
+                rewritten.extend(self._rewrite_block([node], in_function=True))
         return rewritten
 
     def _rewrite_nested_blocks(self, statement: ast.stmt, in_function: bool) -> None:

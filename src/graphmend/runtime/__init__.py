@@ -9,10 +9,37 @@ from __future__ import annotations
 
 import torch
 
+from graphmend.runtime.conditions import (
+    allclose,
+    and_,
+    compare,
+    equal,
+    host_value,
+    not_,
+    or_,
+)
 from graphmend.runtime.deferral import carry, deferred, piece, print_arg, render
+from graphmend.runtime.traps import exact_text, lower_guard, text
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
 #: when the code runs eagerly.
 tracing = torch.compiler.is_compiling
 
-__all__ = ["carry", "deferred", "piece", "print_arg", "render", "tracing"]
+__all__ = [
+    "allclose",
+    "and_",
+    "carry",
+    "compare",
+    "deferred",
+    "equal",
+    "exact_text",
+    "host_value",
+    "lower_guard",
+    "not_",
+    "or_",
+    "piece",
+    "print_arg",
+    "render",
+    "text",
+    "tracing",
+]

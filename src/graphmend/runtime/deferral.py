@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 import torch
 
 from graphmend.runtime import dynamo_support
+from graphmend.runtime.formatting import format_now
 from graphmend.runtime.post_import import when_imported
 
 F = TypeVar("F", bound=Callable[..., None])
 
 # What TorchDynamo can carry out of a graph besides tensors.
 _CONSTANT_TYPES = (str, int, float, bool, type(None), torch.dtype, torch.device)
-_CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, ord("a"): ascii}
 
 _deferred_functions: list[Callable[..., None]] = []
 _enabled = False
@@ -44,31 +44,21 @@ def print_arg(value: Any) -> Any:
     """
     if isinstance(value, torch.Tensor) or type(value) in _CONSTANT_TYPES:
         return carry(value)
-    return str(value)
-
-
-def _convert(value: Any, conversion: int) -> Any:
-    return value if conversion == -1 else _CONVERSIONS[conversion](value)
-
-
-def _format(value: Any, conversion: int, spec: str) -> str:
-    # An f-string rather than format(): TorchDynamo 2.13 ignores the spec of
-    # format(value, spec) but formats f-string fields correctly.
-    return f"{_convert(value, conversion):{spec}}"
+    return format_now(value, ord("s"), "")
 
 
 def piece(value: Any, conversion: int, spec: str) -> Any:
     """A replacement field of an f-string: a tensor is carried, anything else formatted now."""
     if isinstance(value, torch.Tensor):
         return carry(value)
-    return _format(value, conversion, spec)
+    return format_now(value, conversion, spec)
 
 
 def render(value: Any, conversion: int, spec: str) -> str:
     """Format a :func:`piece` after the graph (text was formatted at the call point)."""
     if type(value) is str:
         return value
-    return _format(value, conversion, spec)
+    return format_now(value, conversion, spec)
 
 
 def deferred(qualname: str) -> Callable[[F], F]:

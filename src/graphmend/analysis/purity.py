@@ -1,0 +1,163 @@
+"""Which expressions are free of side effects, and which may hold tensor data.
+
+A rewrite that evaluates an expression ahead of time (an ``elif`` condition,
+the right side of ``and``, a branch that is predicated) may do so only when
+the expression is *pure*: it stores nothing, calls only functions known to be
+side-effect free and deterministic (no in-place updates, no random numbers),
+and binds no names.  Calls are recognised by what the source proves they are
+(``torch.isnan`` through an ``import torch``) or, for methods, by name, since
+the receiver's type is known only at trace time.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
+
+#: Tensor methods that read their receiver and return a new value.
+PURE_TENSOR_METHODS = frozenset(
+    """
+    abs absolute all allclose amax amin any argmax argmin bfloat16 bool byte ceil char clamp
+    clip clone contiguous cos count_nonzero cpu cumsum detach dim div double element_size eq
+    equal exp expand expand_as flatten float floor ge gt half int is_complex is_contiguous
+    is_floating_point isclose isfinite isinf isnan isneginf isposinf item le log logical_and
+    logical_not logical_or logical_xor long lt masked_fill matmul max mean min mul ne neg
+    new_full new_ones new_zeros norm numel permute pow prod reshape reshape_as round rsqrt short
+    sigmoid sign sin size softmax sqrt squeeze std sub sum t tanh to transpose trunc type_as
+    unsqueeze var view view_as
+    """.split()
+)
+
+#: Functions of the ``torch`` module that return a new value and change nothing.
+PURE_TORCH_FUNCTIONS = frozenset(
+    "torch." + name
+    for name in """
+    abs all allclose amax amin any arange argmax argmin bmm cat clamp clip count_nonzero cumsum
+    einsum eq equal exp finfo flatten full full_like ge gt iinfo is_complex is_floating_point
+    is_tensor isclose isfinite isinf isnan isneginf isposinf le log log_softmax logical_and
+    logical_not logical_or logical_xor lt masked_fill matmul max maximum mean min minimum mm ne
+    norm numel ones ones_like permute pow prod reshape round rsqrt sigmoid sign softmax sqrt
+    squeeze stack sum tanh tensor transpose tril triu trunc unsqueeze where zeros zeros_like
+    """.split()
+) | frozenset(
+    "torch.nn.functional." + name
+    for name in """
+    elu gelu layer_norm leaky_relu linear log_softmax logsigmoid mish normalize pad relu relu6
+    rms_norm sigmoid silu softmax softplus tanh
+    """.split()
+)
+
+#: Builtins that return a value and change nothing.
+PURE_BUILTINS = frozenset(
+    """
+    abs bool callable float getattr hasattr int isinstance issubclass len list max min range
+    repr round str tuple type
+    """.split()
+)
+
+#: Calls that read a tensor's value on the host, and the builtin conversions among them.
+HOST_CONVERSION_METHODS = frozenset({"item"})
+HOST_CONVERSION_BUILTINS = frozenset({"float", "int", "bool"})
+_HOST_CONVERSION_NAMES = frozenset(f"builtins.{name}" for name in HOST_CONVERSION_BUILTINS)
+
+#: Calls whose result is metadata known at trace time, never tensor data.
+_METADATA_METHODS = frozenset({"size", "dim", "numel", "is_floating_point", "element_size"})
+_METADATA_BUILTINS = frozenset(
+    {"isinstance", "issubclass", "hasattr", "getattr", "callable", "len", "type"}
+)
+
+
+def qualified_name(
+    expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> str | None:
+    """The dotted name an attribute chain refers to, through the module's imports.
+
+    ``F.gelu`` gives ``torch.nn.functional.gelu`` after ``import torch.nn.functional as
+    F``; a builtin gives ``builtins.<name>``; anything not proven gives ``None``.
+    """
+    attributes: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        attributes.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    resolution = scopes.resolve(expr.id, functions)
+    if resolution is Resolution.BUILTIN:
+        root = f"builtins.{expr.id}"
+    else:
+        binding = scopes.sole_global_binding(expr.id, functions)
+        if binding is None or binding.kind not in (BindingKind.IMPORT, BindingKind.IMPORT_FROM):
+            return None
+        root = binding.imported or ""
+        if root.startswith("."):
+            return None
+    return ".".join([root, *reversed(attributes)])
+
+
+def is_host_conversion(call: ast.Call, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> bool:
+    """``x.item()``, ``float(x)``, ``int(x)``, ``bool(x)``: a value read on the host."""
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr in HOST_CONVERSION_METHODS and not call.args and not call.keywords
+    name = qualified_name(call.func, scopes, functions)
+    return name in _HOST_CONVERSION_NAMES and len(call.args) == 1 and not call.keywords
+
+
+class PurityChecker:
+    """Finds the first part of an expression that is not pure, if any."""
+
+    def __init__(self, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> None:
+        self.scopes = scopes
+        self.functions = functions
+
+    def impure_part(self, expr: ast.expr) -> str | None:
+        """A description of the first impure sub-expression, or ``None`` if pure."""
+        for node in ast.walk(expr):
+            if isinstance(node, ast.NamedExpr):
+                return "it assigns a name (:=)"
+            if isinstance(node, ast.Await | ast.Yield | ast.YieldFrom):
+                return "it suspends (await/yield)"
+            if isinstance(node, ast.Call) and not self._is_pure_call(node):
+                return f"it calls {ast.unparse(node.func)}(), which is not known to be pure"
+        return None
+
+    def _is_pure_call(self, call: ast.Call) -> bool:
+        if isinstance(call.func, ast.Attribute) and call.func.attr in PURE_TENSOR_METHODS:
+            # A method by name: the receiver is only known at trace time, but
+            # an in-place or random method never has one of these names.
+            return self.qualified(call.func) is None or self._is_pure_function(call.func)
+        return self._is_pure_function(call.func)
+
+    def _is_pure_function(self, func: ast.expr) -> bool:
+        name = self.qualified(func)
+        if name is None:
+            return False
+        if name.startswith("builtins."):
+            return name.removeprefix("builtins.") in PURE_BUILTINS
+        return name in PURE_TORCH_FUNCTIONS
+
+    def qualified(self, func: ast.expr) -> str | None:
+        return qualified_name(func, self.scopes, self.functions)
+
+
+def may_hold_tensor_data(
+    expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> bool:
+    """Whether evaluating ``expr`` as a condition may need tensor data.
+
+    True when it calls something other than metadata queries (``isinstance``,
+    ``len``, ``x.size()``, ``x.dim()``...): a reduction, a comparison helper,
+    a host read such as ``.item()``.  Conditions on names, attributes, shapes
+    and dtypes alone are Python values at trace time and never break a graph.
+    """
+    for node in ast.walk(expr):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _METADATA_METHODS:
+            continue
+        name = qualified_name(node.func, scopes, functions)
+        if name is not None and name.removeprefix("builtins.") in _METADATA_BUILTINS:
+            continue
+        return True
+    return False

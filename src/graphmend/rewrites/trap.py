@@ -1,0 +1,320 @@
+"""T3: validation guards on tensor data fail the compiled call from inside the graph.
+
+``if <cond>: raise E(msg)`` (and ``if/elif`` chains of them) and
+``assert <cond>, msg`` become, while tracing::
+
+    @gm_cond1 = <cond, tensor parts kept on the device>
+    if not @gm_rt.lower_guard(@gm_cond1, E, lambda: [<msg parts>], True) and @gm_cond1:
+        raise E(msg)                      # the original raise, when it cannot be lowered
+
+``lower_guard`` puts an operation into the graph that raises ``E(msg)`` when
+the condition holds (see :mod:`graphmend.runtime.traps`); when the condition is
+a Python value, or cannot be lowered, the original ``if`` decides on the host.
+The eager path is the original statement.  Asserts sit under ``if __debug__:``
+so that ``python -O`` removes them, rewritten or not.  The message is built at
+trace time, so it may only use expressions that cannot fail or change
+anything: names, constants, shapes, dtypes, ``len()``, ``x.size()``.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from graphmend.analysis.purity import PurityChecker, may_hold_tensor_data, qualified_name
+from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
+from graphmend.findings import Decision
+from graphmend.rewrites.common import (
+    FunctionStatementRewriter,
+    dual_path,
+    load,
+    locate,
+    mark_generated,
+    runtime_call,
+    store,
+    thunk,
+)
+from graphmend.rewrites.conditions import ConditionTranslator, Untranslatable
+
+_SEPARATOR = "\x1f"  # see graphmend.runtime.traps
+_SAFE_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "__name__"})
+_SAFE_METHODS = frozenset({"size", "dim", "numel"})
+_SAFE_BUILTINS = frozenset(
+    {
+        "builtins.len",
+        "builtins.tuple",
+        "builtins.list",
+        "builtins.str",
+        "builtins.repr",
+        "builtins.type",
+    }
+)
+
+
+class Decline(Exception):
+    """A guard that cannot be lowered exactly; the message says why."""
+
+
+@dataclass
+class _Guard:
+    """One ``if cond: raise E(msg)`` link (an assert is ``if not cond: raise AssertionError``)."""
+
+    site: ast.stmt
+    condition: ast.expr
+    exception: ast.expr
+    message: ast.expr | None
+    raise_statement: ast.Raise
+
+
+class TrapRewrite(FunctionStatementRewriter):
+    """Lowers tensor-valued guards to in-graph checks while tracing."""
+
+    name = "trap"
+
+    def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
+        if isinstance(statement, ast.Assert):
+            return self._rewrite_assert(statement)
+        if isinstance(statement, ast.If):
+            return self._rewrite_guard_chain(statement)
+        return statement
+
+    def _rewrite_assert(self, statement: ast.Assert) -> ast.stmt:
+        if not self._may_hold_tensor_data(statement.test):
+            return statement
+        message = statement.msg
+        exception = ast.Name(id="AssertionError", ctx=ast.Load())
+        raised = ast.Call(
+            func=exception, args=[copy.deepcopy(message)] if message else [], keywords=[]
+        )
+        guard = _Guard(
+            site=statement,
+            condition=ast.UnaryOp(op=ast.Not(), operand=statement.test),
+            exception=exception,
+            message=message,
+            raise_statement=locate(ast.Raise(exc=raised, cause=None), statement),  # type: ignore[arg-type]
+        )
+        lowered = self._lower([guard], statement, "assert")
+        if lowered is None:
+            return statement
+        # Under python -O the whole construct disappears, like the assert itself.
+        return mark_generated(
+            locate(ast.If(test=load("__debug__"), body=[lowered], orelse=[]), statement)
+        )  # type: ignore[return-value]
+
+    def _rewrite_guard_chain(self, statement: ast.If) -> ast.stmt | list[ast.stmt]:
+        chain = _guard_chain(statement)
+        if chain is None:
+            return statement
+        guards, rest = chain
+        if not any(self._may_hold_tensor_data(guard.condition) for guard in guards):
+            return statement
+        lowered = self._lower(guards, _without_rest(statement, len(guards)), "guard")
+        if lowered is None:
+            return statement
+        # `else:` of a guard runs only when no guard raised: it can follow the chain.
+        return [lowered, *rest]
+
+    def _lower(self, guards: list[_Guard], eager: ast.stmt, kind: str) -> ast.stmt | None:
+        plans = []
+        for index, guard in enumerate(guards):
+            try:
+                plans.append(self._plan(guard, ahead_of_time=index > 0))
+            except (Decline, Untranslatable) as reason:
+                # The later links of the chain are offered again on their own.
+                self.record(guards[0].site, Decision.DECLINED, str(reason))
+                return None
+        body: list[ast.stmt] = []
+        conditions: list[str] = []
+        for guard, (condition, message_parts) in zip(guards, plans, strict=True):
+            name = self.module.fresh_name("cond")
+            body.append(ast.Assign(targets=[store(name)], value=condition))
+            lowered = runtime_call(
+                "lower_guard",
+                load(name),
+                copy.deepcopy(guard.exception),
+                thunk(ast.List(elts=message_parts, ctx=ast.Load())),
+                ast.Constant(guard.message is not None),
+                *(load(earlier) for earlier in conditions),
+            )
+            test = ast.BoolOp(
+                op=ast.And(), values=[ast.UnaryOp(op=ast.Not(), operand=lowered), load(name)]
+            )
+            body.append(
+                locate(
+                    ast.If(test=test, body=[copy.deepcopy(guard.raise_statement)], orelse=[]),
+                    guard.site,
+                )
+            )  # type: ignore[arg-type]
+            conditions.append(name)
+            exception = ast.unparse(guard.exception)
+            self.record(
+                guard.site,
+                Decision.REWRITTEN,
+                f"{kind} lowered into the graph: the compiled call raises {exception} "
+                "with the original message when it fails",
+            )
+        return dual_path(eager, body)
+
+    def _plan(self, guard: _Guard, ahead_of_time: bool) -> tuple[ast.expr, list[ast.expr]]:
+        functions = self.enclosing.functions
+        scopes = self.module.scopes
+        _check_raise(guard.raise_statement)
+        if not self.module.imports_torch:
+            raise Decline(
+                "the module does not import torch at top level, so no code in it is traced"
+            )
+        if ahead_of_time:
+            impure = PurityChecker(scopes, functions).impure_part(guard.condition)
+            if impure is not None:
+                raise Decline(f"the elif condition would run ahead of time, but {impure}")
+        _check_exception(guard.exception, scopes, functions)
+        message_parts = _message_parts(guard.message, scopes, functions)
+        condition = ConditionTranslator(scopes, functions).translate(guard.condition)
+        return condition, message_parts
+
+    def _may_hold_tensor_data(self, condition: ast.expr) -> bool:
+        return may_hold_tensor_data(condition, self.module.scopes, self.enclosing.functions)
+
+
+def _guard_chain(statement: ast.If) -> tuple[list[_Guard], list[ast.stmt]] | None:
+    """The guards of an ``if/elif`` chain whose branches each only raise, and the ``else``."""
+    guards: list[_Guard] = []
+    current: ast.If | None = statement
+    rest: list[ast.stmt] = []
+    while current is not None:
+        if len(current.body) != 1 or not _is_guard_raise(current.body[0]):
+            if not guards:
+                return None
+            rest = [current]
+            break
+        raise_statement = current.body[0]
+        assert isinstance(raise_statement, ast.Raise) and raise_statement.exc is not None
+        exception, message = _exception_and_message(raise_statement.exc)
+        guards.append(_Guard(current, current.test, exception, message, raise_statement))
+        orelse = current.orelse
+        if len(orelse) == 1 and isinstance(orelse[0], ast.If):
+            current = orelse[0]
+        else:
+            rest = orelse
+            current = None
+    return guards, rest
+
+
+def _is_guard_raise(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Raise) and statement.exc is not None
+
+
+def _exception_and_message(exc: ast.expr) -> tuple[ast.expr, ast.expr | None]:
+    if isinstance(exc, ast.Call):
+        message = exc.args[0] if exc.args else None
+        return exc.func, message
+    return exc, None
+
+
+def _without_rest(statement: ast.If, links: int) -> ast.If:
+    """A copy of the chain with the ``else`` after its last guard removed."""
+    chain = copy.deepcopy(statement)
+    current = chain
+    for _ in range(links - 1):
+        current = current.orelse[0]  # type: ignore[assignment]
+    current.orelse = []
+    return chain
+
+
+def _check_raise(statement: ast.Raise) -> None:
+    if statement.cause is not None:
+        raise Decline("raise ... from ...: the cause cannot be attached inside the graph")
+    exc = statement.exc
+    if isinstance(exc, ast.Call) and (
+        len(exc.args) > 1 or exc.keywords or any(isinstance(a, ast.Starred) for a in exc.args)
+    ):
+        raise Decline("the exception is built from more than one message argument")
+
+
+def _check_exception(
+    exception: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> None:
+    if isinstance(exception, ast.Name):
+        if scopes.resolve(exception.id, functions) is Resolution.BUILTIN:
+            value = getattr(builtins, exception.id, None)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                return
+        binding = scopes.sole_global_binding(exception.id, functions)
+        if binding is not None and binding.kind in (BindingKind.CLASS, BindingKind.IMPORT_FROM):
+            return
+    elif qualified_name(exception, scopes, functions) is not None:
+        return
+    raise Decline(f"the exception {ast.unparse(exception)} is not a class the source binds once")
+
+
+def _message_parts(
+    message: ast.expr | None, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> list[ast.expr]:
+    """The message as a list of parts built at trace time (``None`` parts: needs tensor data)."""
+    if message is None:
+        return []
+    if isinstance(message, ast.Constant) and isinstance(message.value, str):
+        if _SEPARATOR in message.value:
+            raise Decline("the message holds an ASCII unit separator, which it cannot carry")
+        return [ast.Constant(message.value)]
+    if isinstance(message, ast.Name):
+        return [runtime_call("exact_text", copy.deepcopy(message))]
+    if not isinstance(message, ast.JoinedStr):
+        raise Decline("the message is built by an expression that cannot be formatted in advance")
+    parts: list[ast.expr] = []
+    for part in message.values:
+        if isinstance(part, ast.Constant):
+            if _SEPARATOR in part.value:
+                raise Decline("the message holds an ASCII unit separator, which it cannot carry")
+            parts.append(ast.Constant(part.value))
+            continue
+        assert isinstance(part, ast.FormattedValue)
+        spec = part.format_spec
+        if spec is not None and not all(isinstance(p, ast.Constant) for p in spec.values):  # type: ignore[attr-defined]
+            raise Decline("the message has a format spec computed at run time")
+        if not _safe_message_value(part.value, scopes, functions):
+            raise Decline(
+                f"the message formats {ast.unparse(part.value)}, which could fail if computed "
+                "before the guard fires"
+            )
+        spec_text = "".join(p.value for p in spec.values) if spec is not None else ""  # type: ignore[attr-defined]
+        parts.append(
+            runtime_call(
+                "text",
+                copy.deepcopy(part.value),
+                ast.Constant(part.conversion),
+                ast.Constant(spec_text),
+            )
+        )
+    return parts
+
+
+def _safe_message_value(expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> bool:
+    """Whether ``expr`` can be evaluated early without raising or changing anything."""
+    if isinstance(expr, ast.Constant | ast.Name):
+        return True
+    if isinstance(expr, ast.Tuple | ast.List):
+        return all(_safe_message_value(e, scopes, functions) for e in expr.elts)
+    if isinstance(expr, ast.Attribute):
+        rooted_at_self = _root_name(expr) == "self" and all(
+            isinstance(node, ast.Attribute | ast.Name) for node in ast.walk(expr)
+        )
+        return rooted_at_self or (
+            expr.attr in _SAFE_ATTRIBUTES and _safe_message_value(expr.value, scopes, functions)
+        )
+    if isinstance(expr, ast.Call) and not expr.keywords:
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS and not expr.args:
+            return _safe_message_value(func.value, scopes, functions)
+        if qualified_name(func, scopes, functions) in _SAFE_BUILTINS and len(expr.args) == 1:
+            return _safe_message_value(expr.args[0], scopes, functions)
+    return False
+
+
+def _root_name(expr: ast.expr) -> str | None:
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None

@@ -1,0 +1,152 @@
+"""Conditions evaluated while tracing: Python parts stay Python, tensor parts become tensors.
+
+Rewritten conditions call these helpers instead of ``not``/``and``/``or``,
+comparisons of host values, ``torch.equal`` and ``torch.allclose``.  Given
+Python values they behave exactly like the operators they replace (short
+circuits included); given single-element tensors they return boolean tensors
+whose value is the truth the original would have computed on the host.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+def is_scalar_tensor(value: Any) -> bool:
+    """A tensor whose truth Python could take (exactly one element)."""
+    return isinstance(value, torch.Tensor) and value.numel() == 1
+
+
+def truth(value: torch.Tensor) -> torch.Tensor:
+    """``bool(value)`` of a one-element tensor, as a 0-d boolean tensor."""
+    return value.reshape(()).bool()
+
+
+def not_(value: Any) -> Any:
+    """``not value``."""
+    if is_scalar_tensor(value):
+        return torch.logical_not(truth(value))
+    return not value
+
+
+def and_(left: Callable[[], Any], right: Callable[[], Any], speculable: bool) -> Any:
+    """``left() and right()``; both sides run when ``left()`` is a tensor and ``right`` is pure."""
+    value = left()
+    if is_scalar_tensor(value) and speculable:
+        other = right()
+        if is_scalar_tensor(other):
+            return torch.logical_and(truth(value), truth(other))
+        return truth(value) if other else False
+    return value and right()
+
+
+def or_(left: Callable[[], Any], right: Callable[[], Any], speculable: bool) -> Any:
+    """``left() or right()``; both sides run when ``left()`` is a tensor and ``right`` is pure."""
+    value = left()
+    if is_scalar_tensor(value) and speculable:
+        other = right()
+        if is_scalar_tensor(other):
+            return torch.logical_or(truth(value), truth(other))
+        return True if other else truth(value)
+    return value or right()
+
+
+def host_value(value: Any, conversion: str) -> Any:
+    """``value.item()`` / ``float(value)`` / ``int(value)`` / ``bool(value)``, kept on the device.
+
+    A one-element tensor becomes a 0-d tensor holding exactly what Python
+    would hold: floating values as float64 (a Python float), integers as
+    int64, booleans as bool.  Anything else converts as the original did.
+    """
+    if not is_scalar_tensor(value) or value.is_complex():
+        return _convert(value, conversion)
+    value = value.reshape(())
+    if conversion == "bool":
+        return value.bool()
+    if value.is_floating_point():
+        if conversion == "int":
+            # int() of NaN or inf raises; only the host conversion does that.
+            return _convert(value, conversion)
+        return value.double()
+    if conversion == "float":
+        return value.double()
+    return value if value.dtype == torch.bool and conversion == "item" else value.long()
+
+
+def _convert(value: Any, conversion: str) -> Any:
+    if conversion == "item":
+        return value.item()
+    return {"float": float, "int": int, "bool": bool}[conversion](value)
+
+
+def compare(left: Any, operator_symbol: str, right: Any, left_host: bool, right_host: bool) -> Any:
+    """``left <op> right`` where the sides marked ``*_host`` came from :func:`host_value`.
+
+    When each side is a host value or a Python number, both are brought to
+    float64 if either is floating (Python compares an int with a float
+    exactly; float64 does for every value a count or index takes), else to
+    int64, and compared on the device.  Any other mix is compared as the
+    original did, reading the host values back (the original graph break).
+    """
+    compare_values = _COMPARISONS[operator_symbol]
+    sides = ((left, left_host), (right, right_host))
+    if not any(is_scalar_tensor(value) for value, _ in sides) or not all(
+        _is_number(value, host) for value, host in sides
+    ):
+        return compare_values(_on_host(left, left_host), _on_host(right, right_host))
+    if _is_floating(left) or _is_floating(right):
+        return compare_values(_as(left, torch.float64), _as(right, torch.float64))
+    return compare_values(_as(left, torch.int64), _as(right, torch.int64))
+
+
+def _is_number(value: Any, host: bool) -> bool:
+    if isinstance(value, torch.Tensor):
+        return host and value.numel() == 1
+    return type(value) in (int, float, bool)
+
+
+def _on_host(value: Any, host: bool) -> Any:
+    return value.item() if host and isinstance(value, torch.Tensor) else value
+
+
+def _is_floating(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point()
+    return isinstance(value, float)
+
+
+def _as(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.reshape(()).to(dtype)
+    return float(value) if dtype == torch.float64 else int(value)
+
+
+def equal(left: Any, right: Any) -> Any:
+    """``torch.equal(left, right)``: unequal shapes are unequal, never broadcast."""
+    if not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor)):
+        return torch.equal(left, right)
+    if left.shape != right.shape:
+        return False  # known from the shapes alone
+    if left.device != right.device:
+        return torch.equal(left, right)  # raises, as the original does
+    return (left == right).all()
+
+
+def allclose(left: Any, right: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.allclose``: the very ``isclose(...).all()`` it computes, kept on the device."""
+    if not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor)):
+        return torch.allclose(left, right, *args, **kwargs)
+    return torch.isclose(left, right, *args, **kwargs).all()

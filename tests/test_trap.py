@@ -1,0 +1,298 @@
+"""T3: validation guards on tensor data lowered into the graph, exceptions kept."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from graphmend.findings import Decision
+from graphmend.pipeline import rewrite
+from helpers.graphs import compile_and_run
+from helpers.processes import run_python
+
+GUARDS = """
+import torch
+
+class InvalidInput(ValueError):
+    pass
+
+def nan_guard(x):
+    if torch.isnan(x).any() or torch.isinf(x).any():
+        raise ValueError(f"non-finite input of shape {x.shape} and dtype {x.dtype}")
+    return x * 2
+
+def chain(x):
+    if (x < -50).any():
+        raise ValueError("too small")
+    elif (x > 50).any():
+        raise TypeError("too large")
+    else:
+        y = x + 1
+    return y
+
+def host_read(lengths, slen):
+    assert lengths.max().item() <= slen
+    assert float(lengths.float().mean()) < slen, "mean too large"
+    return lengths * 2
+
+def equal_guard(mask, expected):
+    if not torch.equal(mask, expected):
+        raise InvalidInput("mask differs from the expected one")
+    return mask + 1
+
+def close_guard(a, b):
+    assert torch.allclose(a, b, atol=1e-3), f"not close for {len(a)} values"
+    return a - b
+
+def optional_mask(x, mask=None):
+    if mask is not None and not mask.bool().all():
+        raise ValueError("mask must be all true")
+    return x + 1
+"""
+
+VALID_AND_INVALID = [
+    ("nan_guard", (torch.arange(4.0),), (torch.tensor([1.0, float("nan")]),)),
+    ("nan_guard", (torch.arange(4.0),), (torch.tensor([float("inf")]),)),
+    ("chain", (torch.arange(4.0),), (torch.tensor([-60.0]),)),
+    ("chain", (torch.arange(4.0),), (torch.tensor([60.0]),)),
+    ("chain", (torch.arange(4.0),), (torch.tensor([-60.0, 60.0]),)),
+    ("host_read", (torch.tensor([3, 4]), 5), (torch.tensor([3, 9]), 5)),
+    ("host_read", (torch.tensor([3, 4]), 5), (torch.tensor([5, 5]), 5.0)),
+    ("equal_guard", (torch.ones(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))),
+    ("close_guard", (torch.ones(3), torch.ones(3)), (torch.ones(3), torch.zeros(3))),
+    ("optional_mask", (torch.ones(2), None), (torch.ones(2), torch.tensor([True, False]))),
+]
+
+
+def _outcome(function, *args):
+    try:
+        return "ok", function(*args)
+    except Exception as error:
+        return type(error), str(error)
+
+
+@pytest.fixture(scope="module")
+def guards(tmp_path_factory):
+    from graphmend.activation import install_config
+    from graphmend.config import Config
+
+    root = tmp_path_factory.mktemp("guards")
+    (root / "gm_guards.py").write_text(textwrap.dedent(GUARDS))
+    import sys
+
+    sys.path.insert(0, str(root))
+    try:
+        with install_config(Config(packages=("gm_guards",), cache_dir=root / "cache")):
+            import gm_guards
+    finally:
+        sys.path.remove(str(root))
+    return gm_guards
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize(("name", "valid", "invalid"), VALID_AND_INVALID)
+def test_guard_compiles_to_one_graph_and_fails_like_the_original(
+    guards, name, valid, invalid, backend
+):
+    function = getattr(guards, name)
+    expected = function(*valid)
+    compiled = compile_and_run(function, *valid, fullgraph=True)
+    assert (compiled.graphs, compiled.breaks) == (1, 0)
+    assert torch.equal(compiled.result, expected)
+    eager_error = _outcome(function, *invalid)
+    assert eager_error[0] not in ("ok", RuntimeError)
+    torch._dynamo.reset()
+    compiled_function = torch.compile(function, backend=backend, fullgraph=True)
+    compiled_function(*valid)
+    assert _outcome(compiled_function, *invalid) == eager_error
+
+
+def test_equal_of_different_shapes_is_decided_at_trace_time(guards):
+    # torch.equal of tensors of different shapes is False without looking at
+    # the data: the guard raises while tracing, as any static guard does.
+    torch._dynamo.reset()
+    compiled = torch.compile(guards.equal_guard, backend="eager")
+    assert _outcome(compiled, torch.ones(1), torch.ones(3)) == (
+        guards.InvalidInput,
+        "mask differs from the expected one",
+    )
+
+
+def test_dynamic_shapes_keep_the_message(guards):
+    torch._dynamo.reset()
+    compiled = torch.compile(guards.nan_guard, backend="aot_eager", fullgraph=True, dynamic=True)
+    compiled(torch.ones(3))
+    bad = torch.full((7,), float("nan"))
+    assert _outcome(compiled, bad) == (
+        ValueError,
+        "non-finite input of shape torch.Size([7]) and dtype torch.float32",
+    )
+
+
+@pytest.mark.inductor
+def test_inductor_raises_the_original_exception(guards):
+    torch._dynamo.reset()
+    compiled = torch.compile(guards.chain, fullgraph=True)
+    assert torch.equal(compiled(torch.arange(3.0)), torch.arange(3.0) + 1)
+    assert _outcome(compiled, torch.tensor([99.0])) == (TypeError, "too large")
+
+
+def test_message_that_needs_tensor_data_keeps_the_break(load_rewritten):
+    module = load_rewritten(
+        """
+        import torch
+        def f(x):
+            if (x < 0).any():
+                raise ValueError(f"negative values: {x}")
+            return x + 1
+        """
+    )
+    compiled = compile_and_run(module.f, torch.ones(2))
+    assert compiled.breaks >= 1
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match=r"negative values: tensor\(\[-1\.\]\)"):
+        torch.compile(module.f, backend="eager")(torch.tensor([-1.0]))
+
+
+def test_python_only_guards_and_short_circuits_stay_python(load_rewritten):
+    module = load_rewritten(
+        """
+        import torch
+        def f(x, mask=None):
+            if mask is not None and mask.sum() > 3:
+                raise ValueError("mask")
+            return x + 1
+        """
+    )
+    assert (compile_and_run(module.f, torch.ones(2), None, fullgraph=True).graphs) == 1
+    assert (compile_and_run(module.f, torch.ones(2), torch.ones(2), fullgraph=True).graphs) == 1
+
+
+O_FLAG = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import graphmend
+graphmend.install(["gm_o_flag"])
+import gm_o_flag
+bad = torch.tensor([-1.0])
+for function in (gm_o_flag.f, torch.compile(gm_o_flag.f, backend="eager", fullgraph=True)):
+    try:
+        print(function(bad).tolist())
+    except AssertionError as error:
+        print("AssertionError", error)
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"), [([], "AssertionError negative"), (["-O"], "[0.0]")]
+)
+def test_python_dash_o_removes_rewritten_asserts(tmp_path, cache_dir, flags, expected):
+    (tmp_path / "gm_o_flag.py").write_text(
+        "import torch\ndef f(x):\n    assert (x >= 0).all(), 'negative'\n    return x + 1\n"
+    )
+    (tmp_path / "driver.py").write_text(O_FLAG)
+    result = run_python(*flags, str(tmp_path / "driver.py"), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [expected, expected]
+
+
+def _findings(source: str):
+    return rewrite(textwrap.dedent(source), "<fixture>", {"trap"}).findings
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            """
+            import torch
+            def f(x):
+                if (x < 0).any():
+                    raise ValueError(f"bad {x.shape[3]}")
+            """,
+            "could fail if computed before the guard fires",
+        ),
+        (
+            """
+            import torch
+            def f(x, error):
+                if (x < 0).any():
+                    raise error("bad")
+            """,
+            "is not a class the source binds once",
+        ),
+        (
+            """
+            import torch
+            def f(x):
+                if (x < 0).any():
+                    raise ValueError("bad") from None
+            """,
+            "cause",
+        ),
+        (
+            """
+            import torch
+            def f(x):
+                if (x < 0).any():
+                    raise ValueError("bad", x)
+            """,
+            "more than one message argument",
+        ),
+        (
+            """
+            import torch
+            def f(x, check):
+                if (x < 0).any():
+                    raise ValueError("a")
+                elif check(x):
+                    raise ValueError("b")
+            """,
+            "elif condition would run ahead of time",
+        ),
+        (
+            """
+            import torch
+            def f(x):
+                assert 0 < x.sum().item() < 5
+            """,
+            "chained comparison",
+        ),
+        (
+            """
+            import torch
+            def f(x):
+                assert x.sum().item() * 2 < 5
+            """,
+            "reads a tensor on the host",
+        ),
+        (
+            """
+            def f(x):
+                assert (x > 0).all()
+            """,
+            "does not import torch",
+        ),
+    ],
+)
+def test_declined_guards_say_why(source, reason):
+    first = _findings(source)[0]
+    assert first.decision is Decision.DECLINED
+    assert reason in first.reason
+
+
+def test_guards_on_metadata_alone_are_not_candidates():
+    assert (
+        _findings(
+            """
+            import torch
+            def f(x, n):
+                if x.dim() != 2 or x.size(0) != n:
+                    raise ValueError("shape")
+                assert isinstance(x, torch.Tensor)
+            """
+        )
+        == ()
+    )
