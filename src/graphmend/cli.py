@@ -1,8 +1,9 @@
-"""Command line: ``python -m graphmend run | cache``."""
+"""Command line: ``python -m graphmend run | explain | diff | cache``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -60,10 +61,57 @@ def _parser() -> argparse.ArgumentParser:
         "warm", help="rewrite and store every module matching PATTERN, without running it"
     )
     warm.add_argument("patterns", nargs="+", metavar="PATTERN")
+    explain = commands.add_parser(
+        "explain",
+        parents=[_targets_parser()],
+        help="list every candidate site of some modules and what was decided, without importing",
+        epilog=_TARGETS_EPILOG,
+    )
+    explain.add_argument(
+        "--declined-only", action="store_true", help="list only the sites left as they were"
+    )
+    diff = commands.add_parser(
+        "diff",
+        parents=[_targets_parser()],
+        help="show the rewritten functions of some modules as a diff, without importing",
+        epilog=_TARGETS_EPILOG,
+    )
+    diff.add_argument(
+        "-U", "--context", type=int, default=3, metavar="N", help="lines of context (default 3)"
+    )
+    return parser
+
+
+_TARGETS_EPILOG = """\
+TARGET is a module name (a package stands for everything below it), a glob over
+module names ('transformers.models.*.modeling_bart*') or a path to a .py file.
+Nothing is imported or run. Exit status: 0 when every target was read, 1 when
+some could not be (reported on stderr; the others are still shown), 2 for usage
+errors.
+"""
+
+
+def _targets_parser() -> argparse.ArgumentParser:
+    """The arguments ``explain`` and ``diff`` share."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="module name, glob over module names, or .py file",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(
+        "--rewrites",
+        metavar="A,B",
+        help="comma-separated rewrites to apply (default: GRAPHMEND_REWRITES, else all)",
+    )
     return parser
 
 
 def _dispatch(options: argparse.Namespace) -> int:
+    if options.command in ("explain", "diff"):
+        return _explain_or_diff(options)
     config = Config.from_env()
     if options.action == "info":
         return _cache_info(config)
@@ -72,6 +120,25 @@ def _dispatch(options: argparse.Namespace) -> int:
         print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {config.cache_dir}")
         return 0
     return _cache_warm(config, options.patterns)
+
+
+def _explain_or_diff(options: argparse.Namespace) -> int:
+    from graphmend.diffing import diff
+    from graphmend.explain import chosen_rewrites, explain
+
+    rewrites = chosen_rewrites(options.rewrites)
+    if options.command == "diff" and options.context < 0:
+        raise UsageError("--context must be 0 or more")
+    try:
+        if options.command == "explain":
+            return explain(
+                options.targets, rewrites, as_json=options.json, declined_only=options.declined_only
+            )
+        return diff(options.targets, rewrites, as_json=options.json, context=options.context)
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as diff and grep do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _run(arguments: list[str]) -> int:

@@ -1,0 +1,157 @@
+"""``python -m graphmend diff``: what the rewrites change, function by function.
+
+Both sides are printed with ``ast.unparse`` (the original from a fresh parse),
+so only the rewrites show, not formatting.  A diff covers each function
+holding a rewritten site, plus one hunk for the module-level code GraphMend
+injects (the runtime import and the generated helper functions).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+from graphmend.explain import Batch, ModuleReport
+from graphmend.pipeline import parse
+from graphmend.rewrites.common import is_generated
+
+MODULE_LEVEL = "<module>"
+
+_Definition = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class FunctionDiff:
+    """One changed function (or the injected module-level code) before and after."""
+
+    module: str
+    file: str
+    function: str
+    lineno: int
+    original: str
+    rewritten: str
+
+    def unified(self, context: int) -> list[str]:
+        """The unified diff, its headers naming the file, the function and its line."""
+        where = (
+            f"module level, after line {self.lineno}"
+            if self.function == MODULE_LEVEL
+            else f"{self.function}, line {self.lineno}"
+        )
+        return list(
+            difflib.unified_diff(
+                self.original.splitlines(),
+                self.rewritten.splitlines(),
+                fromfile=self.file,
+                tofile=self.file,
+                fromfiledate=f"{where} (original)",
+                tofiledate=f"{where} (rewritten)",
+                n=context,
+                lineterm="",
+            )
+        )
+
+
+def module_diffs(report: ModuleReport) -> list[FunctionDiff]:
+    """The injected code, then each function with a rewritten site, in source order."""
+    if not report.result.changed:
+        return []
+    original = parse(report.source, str(report.path))
+    rewritten_defs = _definitions(report.result.tree)
+    diffs = [_injected(report, original)]
+    for key, node in _changed_functions(report, original):
+        diffs.append(
+            FunctionDiff(
+                report.name,
+                str(report.path),
+                key[0],
+                key[1],
+                ast.unparse(node),
+                ast.unparse(rewritten_defs[key]),
+            )
+        )
+    return diffs
+
+
+def _definitions(tree: ast.Module) -> dict[tuple[str, int], _Definition]:
+    """Every function of ``tree`` by (qualified name, line of its ``def``)."""
+    found: dict[tuple[str, int], _Definition] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _Definition):
+                found[(prefix + child.name, child.lineno)] = child
+                visit(child, f"{prefix}{child.name}.<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.stmt | ast.excepthandler | ast.match_case):
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def _changed_functions(
+    report: ModuleReport, original: ast.Module
+) -> Iterator[tuple[tuple[str, int], _Definition]]:
+    """The innermost function around each rewritten site, outermost shown once."""
+    definitions = _definitions(original)
+    chosen: dict[tuple[str, int], _Definition] = {}
+    for finding in report.result.findings:
+        if not finding.rewritten:
+            continue
+        for key, node in definitions.items():
+            if key[0] == finding.function and _spans(node, finding.lineno):
+                chosen[key] = node
+    for key, node in sorted(chosen.items(), key=lambda item: item[0][1]):
+        if not any(other is not node and _contains(other, node) for other in chosen.values()):
+            yield key, node
+
+
+def _spans(node: ast.stmt, lineno: int) -> bool:
+    return node.lineno <= lineno <= (node.end_lineno or node.lineno)
+
+
+def _contains(outer: ast.stmt, inner: ast.stmt) -> bool:
+    return _spans(outer, inner.lineno) and _spans(outer, inner.end_lineno or inner.lineno)
+
+
+def _injected(report: ModuleReport, original: ast.Module) -> FunctionDiff:
+    """The statement the injected code follows, alone and then with the injected code."""
+    body = report.result.tree.body
+    first = next(index for index, statement in enumerate(body) if is_generated(statement))
+    anchor = original.body[first - 1]
+    injected = [statement for statement in body if is_generated(statement)]
+    anchor_text = ast.unparse(anchor)
+    return FunctionDiff(
+        report.name,
+        str(report.path),
+        MODULE_LEVEL,
+        anchor.lineno,
+        anchor_text,
+        "\n".join([anchor_text, *(ast.unparse(statement) for statement in injected)]),
+    )
+
+
+def diff(
+    targets: Iterable[str], rewrites: Collection[str], *, as_json: bool = False, context: int = 3
+) -> int:
+    """Print the rewritten functions of the targets' modules as diffs; returns the exit status."""
+    batch = Batch(rewrites)
+    if as_json:
+        records = [asdict(d) for report in batch.reports(targets) for d in module_diffs(report)]
+        print(json.dumps(records, indent=2))
+        return batch.status
+    for report in batch.reports(targets):
+        diffs = module_diffs(report)
+        if not diffs:
+            declined = len(report.result.findings)
+            note = f" ({declined} declined; see 'explain')" if declined else ""
+            print(f"{report.label}: no rewritten sites{note}")
+            continue
+        for function_diff in diffs:
+            print("\n".join(function_diff.unified(context)))
+    return batch.status
