@@ -7,7 +7,7 @@
 
 PYTHON ?= python3
 TORCH_PIN := torch==2.13.0
-TF4_PIN := transformers==4.46.3
+TF4_PIN := transformers==4.51.3
 VENV := .venv
 VENV_TF4 := .venv-tf4
 PYTEST_FLAGS ?= -q

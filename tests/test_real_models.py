@@ -31,21 +31,34 @@ class Expect:
 
 
 CASES: dict[str, Expect] = {
-    # Logging from forward (a trust_remote_code model, transformers 4.x BART/BioGPT
-    # warn when SDPA is asked for attention weights).
+    # Logging from forward in a trust_remote_code model.
     "tiny_remote_model": Expect(plain_fullgraph=False),
     # `assert lengths.max().item() <= slen`: a host read that fullgraph=True
     # captures, but that breaks the graph under the default mode.
     "xlm_length_assert": Expect(plain_fullgraph=True),
     "flaubert_length_assert": Expect(plain_fullgraph=True),
+    # `if duration_labels.sum() == 0: duration_labels[...] = 1`, an in-place update
+    # of the caller's tensor, predicated; the rest of the function has
+    # data-dependent shapes, which fullgraph=True captures.
+    "fastspeech2_length_regulator_all_zero": Expect(plain_fullgraph=False, one_graph=False),
+    "fastspeech2_length_regulator_durations": Expect(plain_fullgraph=False, one_graph=False),
 }
 if TRANSFORMERS_4:
     CASES |= {
+        # BART and BioGPT warn from forward when SDPA is asked for attention weights.
         "bart_sdpa_output_attentions": Expect(plain_fullgraph=False),
         "biogpt_sdpa_output_attentions": Expect(plain_fullgraph=False),
         # `if (spatial_shapes[:, 0] * spatial_shapes[:, 1]).sum() != sequence_length:
-        # raise ValueError`; the split sizes read on the host stay (out of scope).
-        "grounding_dino_spatial_shapes_guard": Expect(plain_fullgraph=False, one_graph=False),
+        # raise ValueError(...)`.
+        "grounding_dino_spatial_shapes_guard": Expect(plain_fullgraph=False),
+        # The float16 overflow clamp of the encoder layer, both outcomes.
+        "bart_fp16_clamp_taken": Expect(plain_fullgraph=False),
+        "bart_fp16_clamp_not_taken": Expect(plain_fullgraph=False),
+        "marian_fp16_clamp_taken": Expect(plain_fullgraph=False),
+        # Phi-3 LongRoPE's frequency update (modeling_rope_utils.longrope_frequency_update):
+        # lazy initialisation, buffer re-registration, both outcomes.
+        "phi3_longrope_long": Expect(plain_fullgraph=False),
+        "phi3_longrope_short": Expect(plain_fullgraph=False),
     }
 
 
@@ -80,6 +93,6 @@ def test_model_compiles_as_one_graph_with_graphmend_bit_identical(probes, case):
     if CASES[case].one_graph:
         assert (mended["graphs"], mended["breaks"]) == (1, 0)
     else:
-        assert mended["breaks"] < plain["breaks"]
+        assert mended["graphs"] < plain["graphs"]
     assert mended["fullgraph"] is True, mended.get("error")
     assert mended["identical"] is True

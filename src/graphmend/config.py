@@ -35,7 +35,7 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 )
 
 #: The rewrites GraphMend knows, in the order the pipeline applies them.
-ALL_REWRITES: tuple[str, ...] = ("trap", "defer")
+ALL_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer")
 
 _FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
 

@@ -46,17 +46,17 @@ def rewrite(source: bytes | str, filename: str, rewrites: Collection[str]) -> Re
     """Parse ``source`` and apply the named rewrites (in the pipeline's order)."""
     tree = parse(source, filename)
     text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
-    torch_import = _first_torch_import(tree)
     module = ModuleContext(
         filename=filename,
         lines=text.splitlines(),
         scopes=ModuleScopes(tree),
-        imports_torch=torch_import is not None,
+        imports_torch=_first_torch_import(tree) is not None,
     )
     for name, rewriter in REWRITES.items():
         if name in rewrites:
             rewriter(module).run(tree)
     if module.changed:
+        torch_import = _first_torch_import(tree)  # found again: rewrites rebuild blocks
         assert torch_import is not None
         _insert_prelude(tree, torch_import, module.module_level)
     return Rewritten(tree, tuple(module.findings), module.changed)
@@ -71,26 +71,49 @@ def _is_torch(module: str | None) -> bool:
     return module is not None and (module == "torch" or module.startswith("torch."))
 
 
-def _first_torch_import(tree: ast.Module) -> ast.stmt | None:
-    """The first statement of the module body that imports torch unconditionally."""
+def _imports_torch(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Import):
+        return any(_is_torch(alias.name) for alias in statement.names)
+    return (
+        isinstance(statement, ast.ImportFrom)
+        and statement.level == 0
+        and _is_torch(statement.module)
+    )
+
+
+@dataclass(frozen=True)
+class _TorchImport:
+    """Where the module first imports torch: a statement in a block of the module."""
+
+    block: list[ast.stmt]
+    statement: ast.stmt
+    conditional: bool  # inside a top-level `if` or `try` (`if is_torch_available(): import torch`)
+
+
+def _first_torch_import(tree: ast.Module) -> _TorchImport | None:
+    """The module's first torch import, at top level or one ``if``/``try`` deep."""
     for statement in tree.body:
-        if isinstance(statement, ast.Import) and any(_is_torch(a.name) for a in statement.names):
-            return statement
-        if (
-            isinstance(statement, ast.ImportFrom)
-            and statement.level == 0
-            and _is_torch(statement.module)
-        ):
-            return statement
+        if _imports_torch(statement):
+            return _TorchImport(tree.body, statement, conditional=False)
+        if isinstance(statement, ast.If | ast.Try):
+            for block in (statement.body, statement.orelse):
+                for inner in block:
+                    if _imports_torch(inner):
+                        return _TorchImport(block, inner, conditional=True)
     return None
 
 
-def _insert_prelude(tree: ast.Module, after: ast.stmt, generated: list[ast.stmt]) -> None:
+def _insert_prelude(
+    tree: ast.Module, torch_import: _TorchImport, generated: list[ast.stmt]
+) -> None:
     """Bind the runtime right after the module's own torch import, then the generated code.
 
     Placing it there keeps the module's import order: torch is imported where
-    the module imports it, not earlier.
+    the module imports it, not earlier.  When that import is conditional, the
+    module first binds the tracing check to ``bool`` (so ``@gm_tracing()`` is
+    False): without torch nothing in it can be traced.
     """
+    after = torch_import.statement
     prelude: list[ast.stmt] = [
         ast.Import(names=[ast.alias(name="graphmend.runtime", asname=RUNTIME)]),
         ast.Assign(
@@ -100,5 +123,23 @@ def _insert_prelude(tree: ast.Module, after: ast.stmt, generated: list[ast.stmt]
     ]
     for statement in prelude:
         mark_generated(locate(statement, after))
-    index = tree.body.index(after) + 1
-    tree.body[index:index] = prelude + generated
+    index = torch_import.block.index(after) + 1
+    torch_import.block[index:index] = prelude + generated
+    if torch_import.conditional:
+        default = ast.Assign(targets=[store(TRACING)], value=load("bool"))
+        tree.body.insert(_after_future_imports(tree), mark_generated(locate(default, after)))
+
+
+def _after_future_imports(tree: ast.Module) -> int:
+    """The index after the docstring and ``from __future__`` imports."""
+    index = 0
+    for index, statement in enumerate(tree.body):
+        docstring = (
+            index == 0
+            and isinstance(statement, ast.Expr)
+            and isinstance(statement.value, ast.Constant)
+        )
+        future = isinstance(statement, ast.ImportFrom) and statement.module == "__future__"
+        if not (docstring or future):
+            return index
+    return len(tree.body)

@@ -65,6 +65,117 @@ def biogpt_sdpa_output_attentions():
     return BioGptModel(config), {"input_ids": _ids(99), "output_attentions": True}
 
 
+def _bart_like_fp16(config_class, model_class, overflow: bool):
+    config = config_class(
+        vocab_size=99,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+        pad_token_id=1,
+        decoder_start_token_id=2,
+    )
+    model = model_class(config)
+    if overflow:
+        # Large feed-forward weights overflow float16 in the encoder layers:
+        # the clamp branch is taken.
+        for layer in model.encoder.layers:
+            layer.fc2.weight.data.mul_(3000.0)
+    encoder = model.get_encoder().half()
+    return encoder, {"input_ids": _ids(99)}
+
+
+@case
+def bart_fp16_clamp_taken():
+    from transformers import BartConfig, BartModel
+
+    return _bart_like_fp16(BartConfig, BartModel, overflow=True)
+
+
+@case
+def bart_fp16_clamp_not_taken():
+    from transformers import BartConfig, BartModel
+
+    return _bart_like_fp16(BartConfig, BartModel, overflow=False)
+
+
+@case
+def marian_fp16_clamp_taken():
+    from transformers import MarianConfig, MarianModel
+
+    return _bart_like_fp16(MarianConfig, MarianModel, overflow=True)
+
+
+def _phi3_longrope(seq_len: int):
+    from transformers import Phi3Config, Phi3Model
+
+    config = Phi3Config(
+        vocab_size=99,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        original_max_position_embeddings=8,
+        pad_token_id=0,
+        rope_scaling={
+            "type": "longrope",
+            "short_factor": [1.0, 1.1, 1.2, 1.3] * 2,
+            "long_factor": [2.0, 2.5, 3.0, 3.5] * 2,
+        },
+    )
+    return Phi3Model(config), {"input_ids": _ids(99, (1, seq_len))}
+
+
+@case
+def phi3_longrope_long():
+    return _phi3_longrope(12)
+
+
+@case
+def phi3_longrope_short():
+    return _phi3_longrope(6)
+
+
+class _LengthRegulator(torch.nn.Module):
+    """FastSpeech2-Conformer's length_regulator, a module-level function, as a module."""
+
+    probe_module = "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer"
+
+    def forward(self, encoded_embeddings, duration_labels):
+        from transformers.models.fastspeech2_conformer import (
+            modeling_fastspeech2_conformer as module,
+        )
+
+        return module.length_regulator(encoded_embeddings, duration_labels)
+
+
+def _length_regulator(durations: list[list[int]]):
+    embeddings = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(3))
+    return _LengthRegulator(), {
+        "encoded_embeddings": embeddings,
+        "duration_labels": torch.tensor(durations),
+    }
+
+
+@case
+def fastspeech2_length_regulator_all_zero():
+    # `if duration_labels.sum() == 0: duration_labels[...] = 1` is taken, and
+    # updates the caller's tensor in place.
+    return _length_regulator([[0, 0, 0], [0, 0, 0]])
+
+
+@case
+def fastspeech2_length_regulator_durations():
+    return _length_regulator([[1, 2, 0], [2, 0, 1]])
+
+
 @case
 def xlm_length_assert():
     from transformers import XLMConfig, XLMModel
@@ -125,17 +236,32 @@ def _leaves(output: Any) -> list[torch.Tensor]:
     return []
 
 
+def _bitwise_equal(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """Equal bit for bit (NaNs included), dtype and shape too."""
+    if left.dtype != right.dtype or left.shape != right.shape:
+        return False
+    if left.is_floating_point():
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[left.element_size()]
+        return torch.equal(left.contiguous().view(bits), right.contiguous().view(bits))
+    return torch.equal(left, right)
+
+
 def probe(name: str) -> dict[str, Any]:
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
     model, inputs = CASES[name]()
     model.eval()
-    result: dict[str, Any] = {"module": type(model).__module__}
-    loader = getattr(sys.modules[type(model).__module__], "__loader__", None)
-    result["loader"] = type(loader).__name__
+    module_name = getattr(model, "probe_module", type(model).__module__)
+    result: dict[str, Any] = {"module": module_name}
+    import copy
+
+    compiled_model = copy.deepcopy(model)
+    compiled_inputs = copy.deepcopy(inputs)
     with torch.no_grad():
         eager = _leaves(model(**inputs))
+        loader = getattr(sys.modules[module_name], "__loader__", None)
+        result["loader"] = type(loader).__name__
         torch._dynamo.reset()
         counters.clear()
         explained = torch._dynamo.explain(model)(**inputs)
@@ -144,14 +270,27 @@ def probe(name: str) -> dict[str, Any]:
         result["breaks"] = max(explained.graph_break_count, sum(counters["graph_break"].values()))
         torch._dynamo.reset()
         try:
-            compiled = _leaves(torch.compile(model, backend="aot_eager", fullgraph=True)(**inputs))
+            compiled_call = torch.compile(compiled_model, backend="aot_eager", fullgraph=True)
+            compiled = _leaves(compiled_call(**compiled_inputs))
         except Exception as error:
             result["fullgraph"] = False
             result["error"] = str(error).splitlines()[0]
         else:
             result["fullgraph"] = True
-            result["identical"] = len(compiled) == len(eager) and all(
-                torch.equal(a, b) for a, b in zip(compiled, eager, strict=True)
+            # Outputs, and the module's buffers (predicated stores write them in place).
+            buffers = dict(model.named_buffers())
+            compiled_buffers = dict(compiled_model.named_buffers())
+            result["identical"] = (
+                len(compiled) == len(eager)
+                and all(_bitwise_equal(a, b) for a, b in zip(compiled, eager, strict=True))
+                and buffers.keys() == compiled_buffers.keys()
+                and all(_bitwise_equal(buffers[k], compiled_buffers[k]) for k in buffers)
+                # inputs the model updates in place
+                and all(
+                    _bitwise_equal(inputs[k], compiled_inputs[k])
+                    for k in inputs
+                    if isinstance(inputs[k], torch.Tensor)
+                )
             )
     return result
 

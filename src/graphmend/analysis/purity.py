@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from graphmend.analysis.bindings import stored_names
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 
 #: Tensor methods that read their receiver and return a new value.
@@ -64,6 +65,7 @@ _HOST_CONVERSION_NAMES = frozenset(f"builtins.{name}" for name in HOST_CONVERSIO
 
 #: Calls whose result is metadata known at trace time, never tensor data.
 _METADATA_METHODS = frozenset({"size", "dim", "numel", "is_floating_point", "element_size"})
+_METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})
 _METADATA_BUILTINS = frozenset(
     {"isinstance", "issubclass", "hasattr", "getattr", "callable", "len", "type"}
 )
@@ -142,22 +144,82 @@ class PurityChecker:
 
 
 def may_hold_tensor_data(
-    expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+    expr: ast.expr,
+    scopes: ModuleScopes,
+    functions: Sequence[ast.AST],
+    tensor_names: frozenset[str] = frozenset(),
 ) -> bool:
     """Whether evaluating ``expr`` as a condition may need tensor data.
 
     True when it calls something other than metadata queries (``isinstance``,
     ``len``, ``x.size()``, ``x.dim()``...): a reduction, a comparison helper,
-    a host read such as ``.item()``.  Conditions on names, attributes, shapes
-    and dtypes alone are Python values at trace time and never break a graph.
+    a host read such as ``.item()``; or when it uses one of ``tensor_names``
+    (locals computed from such calls) other than for its metadata.  Conditions
+    on names, attributes, shapes and dtypes alone are Python values at trace
+    time and never break a graph.
     """
-    for node in ast.walk(expr):
-        if not isinstance(node, ast.Call):
-            continue
-        if isinstance(node.func, ast.Attribute) and node.func.attr in _METADATA_METHODS:
-            continue
-        name = qualified_name(node.func, scopes, functions)
-        if name is not None and name.removeprefix("builtins.") in _METADATA_BUILTINS:
-            continue
-        return True
-    return False
+    if isinstance(expr, ast.Attribute) and expr.attr in _METADATA_ATTRIBUTES:
+        return False
+    if isinstance(expr, ast.Compare) and all(isinstance(op, ast.Is | ast.IsNot) for op in expr.ops):
+        return False  # identity never looks at tensor data
+    if isinstance(expr, ast.Name):
+        return expr.id in tensor_names
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in _METADATA_METHODS:
+            return False
+        name = qualified_name(expr.func, scopes, functions)
+        if name is None or name.removeprefix("builtins.") not in _METADATA_BUILTINS:
+            return True
+    return any(
+        may_hold_tensor_data(child, scopes, functions, tensor_names)
+        for child in ast.iter_child_nodes(expr)
+        if isinstance(child, ast.expr)
+    )
+
+
+def _may_produce_tensor(
+    expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST], names: frozenset[str]
+) -> bool:
+    """Whether ``expr`` is computed by a torch function or tensor method, or from such a local
+    (other than through its metadata)."""
+    if isinstance(expr, ast.Attribute) and expr.attr in _METADATA_ATTRIBUTES:
+        return False
+    if isinstance(expr, ast.Name):
+        return expr.id in names
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in _METADATA_METHODS:
+            return False
+        if isinstance(func, ast.Attribute) and func.attr in PURE_TENSOR_METHODS:
+            return True
+        name = qualified_name(func, scopes, functions)
+        if name is not None and name.startswith("torch."):
+            return True
+    return any(
+        _may_produce_tensor(child, scopes, functions, names)
+        for child in ast.iter_child_nodes(expr)
+        if isinstance(child, ast.expr)
+    )
+
+
+def tensor_valued_names(
+    function: ast.AST, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> frozenset[str]:
+    """Locals of ``function`` assigned from torch functions, tensor methods, or such locals."""
+    assignments = [
+        (node.targets if isinstance(node, ast.Assign) else [node.target], node.value)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and node.value is not None
+    ]
+    names: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for targets, value in assignments:
+            if not _may_produce_tensor(value, scopes, functions, frozenset(names)):
+                continue
+            for target in targets:
+                for name in stored_names(target) - names:
+                    names.add(name)
+                    changed = True
+    return frozenset(names)

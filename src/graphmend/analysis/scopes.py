@@ -233,4 +233,9 @@ class ModuleScopes:
         if self.resolve(name, enclosing) is not Resolution.GLOBAL:
             return None
         bindings = self._module_bindings[name]
-        return bindings[0] if len(bindings) == 1 else None
+        first = bindings[0]
+        # `import torch` and `import torch.utils.checkpoint` both bind torch to torch.
+        same_import = all(
+            b.kind is BindingKind.IMPORT and b.imported == first.imported for b in bindings
+        )
+        return first if len(bindings) == 1 or same_import else None

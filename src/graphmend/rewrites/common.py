@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from graphmend.analysis.purity import may_hold_tensor_data, tensor_valued_names
 from graphmend.analysis.scopes import ModuleScopes
 from graphmend.findings import Decision, Finding, site_source
 
@@ -76,12 +77,6 @@ def make_function(
     return mark_generated(function)  # type: ignore[return-value]
 
 
-def thunk(body: ast.expr) -> ast.Lambda:
-    """``lambda: body``."""
-    arguments = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
-    return ast.Lambda(args=arguments, body=body)
-
-
 def dual_path(site: ast.stmt, tracing_body: list[ast.stmt]) -> ast.If:
     """``if tracing(): <tracing_body> else: <site>`` located at ``site``.
 
@@ -106,6 +101,13 @@ class ModuleContext:
     findings: list[Finding] = field(default_factory=list)
     module_level: list[ast.stmt] = field(default_factory=list)
     _counter: int = 0
+    _tensor_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
+
+    def tensor_names(self, function: ast.AST, functions: tuple[ast.AST, ...]) -> frozenset[str]:
+        """Locals of ``function`` computed from tensor operations (computed once)."""
+        if function not in self._tensor_names:
+            self._tensor_names[function] = tensor_valued_names(function, self.scopes, functions)
+        return self._tensor_names[function]
 
     def fresh_name(self, role: str) -> str:
         """A new injected name, unique in this module."""
@@ -160,6 +162,23 @@ class FunctionStatementRewriter:
         functions = tuple(function for _, function in self._scopes if function is not None)
         return Enclosing(functions, ".".join(parts))
 
+    def declined_without_torch(self, node: ast.AST) -> bool:
+        """Record the decline and say so when the module never imports torch."""
+        if self.module.imports_torch:
+            return False
+        self.record(
+            node,
+            Decision.DECLINED,
+            "the module does not import torch at top level, so no code in it is traced",
+        )
+        return True
+
+    def may_hold_tensor_data(self, condition: ast.expr) -> bool:
+        """Whether a condition here may need tensor data (a candidate site)."""
+        functions = self.enclosing.functions
+        names = self.module.tensor_names(functions[-1], functions) if functions else frozenset()
+        return may_hold_tensor_data(condition, self.module.scopes, functions, names)
+
     def record(self, node: ast.AST, decision: Decision, reason: str) -> None:
         self.module.findings.append(
             Finding(
@@ -177,9 +196,18 @@ class FunctionStatementRewriter:
     def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
         raise NotImplementedError
 
+    def rewrite_tail(self, statement: ast.stmt, tail: list[ast.stmt]) -> list[ast.stmt] | None:
+        """Rewrite ``statement`` together with the rest of its block, or ``None``."""
+        return None
+
     def _rewrite_block(self, block: list[ast.stmt], in_function: bool) -> list[ast.stmt]:
         rewritten: list[ast.stmt] = []
-        for statement in block:
+        for index, statement in enumerate(block):
+            if in_function and not is_generated(statement):
+                merged = self.rewrite_tail(statement, block[index + 1 :])
+                if merged is not None:
+                    rewritten.extend(merged)
+                    break
             if isinstance(statement, ast.FunctionDef | ast.ClassDef):
                 function = statement if isinstance(statement, ast.FunctionDef) else None
                 self._scopes.append((statement.name, function))

@@ -1,7 +1,10 @@
 """Translate a condition so that its tensor parts stay tensors while tracing.
 
-``not``/``and``/``or`` become runtime helpers that keep Python's short circuit
-for Python values and combine tensors with logical operators; a host read
+``not`` becomes a runtime helper; ``and``/``or`` become statements that keep
+Python's short circuit for Python values and, when the left side is a tensor
+and the right side is pure, combine both with a logical operator (generated
+as statements rather than lambdas, so that no local of the function becomes a
+closure cell and the eager path stays as fast as before); a host read
 (``.item()``, ``float(x)``, ``int(x)``, ``bool(x)``) that feeds a comparison or
 the truth of the condition becomes a device value compared exactly;
 ``torch.equal``/``torch.allclose`` become their on-device equivalents.  The
@@ -15,11 +18,11 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from graphmend.analysis.purity import PurityChecker, is_host_conversion, qualified_name
 from graphmend.analysis.scopes import ModuleScopes
-from graphmend.rewrites.common import runtime_call, thunk
+from graphmend.rewrites.common import load, runtime_call, store
 
 _COMPARISON_SYMBOLS: dict[type[ast.cmpop], str] = {
     ast.Eq: "==",
@@ -37,23 +40,29 @@ class Untranslatable(Exception):
 
 
 class ConditionTranslator:
-    """Builds the tracing-time version of a condition."""
+    """Builds the tracing-time version of a condition: statements to run, then an expression."""
 
-    def __init__(self, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> None:
+    def __init__(
+        self, scopes: ModuleScopes, functions: Sequence[ast.AST], fresh_name: Callable[[str], str]
+    ) -> None:
         self.scopes = scopes
         self.functions = functions
+        self.fresh_name = fresh_name
         self.purity = PurityChecker(scopes, functions)
+        self.prelude: list[ast.stmt] = []
 
-    def translate(self, condition: ast.expr) -> ast.expr:
-        """The condition with its boolean structure and host reads made tensor-friendly."""
+    def translate(self, condition: ast.expr) -> tuple[list[ast.stmt], ast.expr]:
+        """Statements to run first, and the condition with tensor parts kept on the device."""
+        self.prelude = []
         translated = self._condition(condition)
-        for node in ast.walk(translated):
+        everything = ast.Module(body=[*self.prelude, ast.Expr(translated)], type_ignores=[])
+        for node in ast.walk(everything):
             if isinstance(node, ast.Call) and is_host_conversion(node, self.scopes, self.functions):
                 raise Untranslatable(
                     f"{ast.unparse(node)} reads a tensor on the host for something other than "
                     "a comparison or a truth test"
                 )
-        return translated
+        return self.prelude, translated
 
     def _condition(self, node: ast.expr) -> ast.expr:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -67,17 +76,51 @@ class ConditionTranslator:
         return copy.deepcopy(node)
 
     def _bool_op(self, node: ast.BoolOp) -> ast.expr:
-        helper = "and_" if isinstance(node.op, ast.And) else "or_"
-        # a and b and c == a and (b and c), evaluation order kept.
-        result = self._condition(node.values[-1])
-        original_rest = node.values[-1]
-        for value in reversed(node.values[:-1]):
-            speculable = self.purity.impure_part(original_rest) is None
-            result = runtime_call(
-                helper, thunk(self._condition(value)), thunk(result), ast.Constant(speculable)
+        """``a and b``: ``r = a``; combine with ``b`` on the device, or short-circuit in Python.
+
+        For ``and`` (``or`` mirrors it)::
+
+            r = <a>
+            if @gm_rt.is_scalar_tensor(r):      # only when b is pure
+                r = @gm_rt.logical_and(r, <b>)
+            elif r:
+                r = <b>
+        """
+        is_and = isinstance(node.op, ast.And)
+        result = self.fresh_name("bool")
+        self.prelude.append(
+            ast.Assign(targets=[store(result)], value=self._condition(node.values[0]))
+        )
+        rest = node.values[1:]
+        rest_node = rest[0] if len(rest) == 1 else ast.BoolOp(op=node.op, values=rest)
+        outer_prelude = self.prelude
+        self.prelude = []
+        rest_value = self._condition(rest_node)
+        rest_prelude = self.prelude
+        self.prelude = outer_prelude
+        python_test = load(result) if is_and else ast.UnaryOp(op=ast.Not(), operand=load(result))
+        python_path = ast.If(
+            test=python_test,
+            body=[*rest_prelude, ast.Assign(targets=[store(result)], value=rest_value)],
+            orelse=[],
+        )
+        if self.purity.impure_part(rest_node) is not None:
+            self.prelude.append(python_path)
+            return load(result)
+        combined = runtime_call(
+            "logical_and" if is_and else "logical_or", load(result), copy.deepcopy(rest_value)
+        )
+        self.prelude.append(
+            ast.If(
+                test=runtime_call("is_scalar_tensor", load(result)),
+                body=[
+                    *copy.deepcopy(rest_prelude),
+                    ast.Assign(targets=[store(result)], value=combined),
+                ],
+                orelse=[python_path],
             )
-            original_rest = ast.BoolOp(op=node.op, values=[value, original_rest])
-        return result
+        )
+        return load(result)
 
     def _compare(self, node: ast.Compare) -> ast.expr:
         operands = [node.left, *node.comparators]

@@ -90,12 +90,7 @@ class DeferRewrite(FunctionStatementRewriter):
         if isinstance(found, NotProven):
             self.record(statement, Decision.DECLINED, found.reason)
             return statement
-        if not self.module.imports_torch:
-            self.record(
-                statement,
-                Decision.DECLINED,
-                "the module does not import torch at top level, so no code in it is traced",
-            )
+        if self.declined_without_torch(statement):
             return statement
         try:
             plan = _Planner(self, found, statement.value).plan()

@@ -24,7 +24,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graphmend.analysis.purity import PurityChecker, may_hold_tensor_data, qualified_name
+from graphmend.analysis.purity import PurityChecker, qualified_name
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
@@ -35,7 +35,6 @@ from graphmend.rewrites.common import (
     mark_generated,
     runtime_call,
     store,
-    thunk,
 )
 from graphmend.rewrites.conditions import ConditionTranslator, Untranslatable
 
@@ -82,7 +81,7 @@ class TrapRewrite(FunctionStatementRewriter):
         return statement
 
     def _rewrite_assert(self, statement: ast.Assert) -> ast.stmt:
-        if not self._may_hold_tensor_data(statement.test):
+        if not self.may_hold_tensor_data(statement.test):
             return statement
         message = statement.msg
         exception = ast.Name(id="AssertionError", ctx=ast.Load())
@@ -109,7 +108,7 @@ class TrapRewrite(FunctionStatementRewriter):
         if chain is None:
             return statement
         guards, rest = chain
-        if not any(self._may_hold_tensor_data(guard.condition) for guard in guards):
+        if not any(self.may_hold_tensor_data(guard.condition) for guard in guards):
             return statement
         lowered = self._lower(guards, _without_rest(statement, len(guards)), "guard")
         if lowered is None:
@@ -118,6 +117,8 @@ class TrapRewrite(FunctionStatementRewriter):
         return [lowered, *rest]
 
     def _lower(self, guards: list[_Guard], eager: ast.stmt, kind: str) -> ast.stmt | None:
+        if self.declined_without_torch(guards[0].site):
+            return None
         plans = []
         for index, guard in enumerate(guards):
             try:
@@ -128,14 +129,15 @@ class TrapRewrite(FunctionStatementRewriter):
                 return None
         body: list[ast.stmt] = []
         conditions: list[str] = []
-        for guard, (condition, message_parts) in zip(guards, plans, strict=True):
+        for guard, (prelude, condition, message_parts) in zip(guards, plans, strict=True):
             name = self.module.fresh_name("cond")
+            body.extend(prelude)
             body.append(ast.Assign(targets=[store(name)], value=condition))
             lowered = runtime_call(
                 "lower_guard",
                 load(name),
                 copy.deepcopy(guard.exception),
-                thunk(ast.List(elts=message_parts, ctx=ast.Load())),
+                ast.List(elts=message_parts, ctx=ast.Load()),
                 ast.Constant(guard.message is not None),
                 *(load(earlier) for earlier in conditions),
             )
@@ -158,25 +160,21 @@ class TrapRewrite(FunctionStatementRewriter):
             )
         return dual_path(eager, body)
 
-    def _plan(self, guard: _Guard, ahead_of_time: bool) -> tuple[ast.expr, list[ast.expr]]:
+    def _plan(
+        self, guard: _Guard, ahead_of_time: bool
+    ) -> tuple[list[ast.stmt], ast.expr, list[ast.expr]]:
         functions = self.enclosing.functions
         scopes = self.module.scopes
         _check_raise(guard.raise_statement)
-        if not self.module.imports_torch:
-            raise Decline(
-                "the module does not import torch at top level, so no code in it is traced"
-            )
         if ahead_of_time:
             impure = PurityChecker(scopes, functions).impure_part(guard.condition)
             if impure is not None:
                 raise Decline(f"the elif condition would run ahead of time, but {impure}")
         _check_exception(guard.exception, scopes, functions)
         message_parts = _message_parts(guard.message, scopes, functions)
-        condition = ConditionTranslator(scopes, functions).translate(guard.condition)
-        return condition, message_parts
-
-    def _may_hold_tensor_data(self, condition: ast.expr) -> bool:
-        return may_hold_tensor_data(condition, self.module.scopes, self.enclosing.functions)
+        translator = ConditionTranslator(scopes, functions, self.module.fresh_name)
+        prelude, condition = translator.translate(guard.condition)
+        return prelude, condition, message_parts
 
 
 def _guard_chain(statement: ast.If) -> tuple[list[_Guard], list[ast.stmt]] | None:

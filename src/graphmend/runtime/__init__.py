@@ -11,14 +11,16 @@ import torch
 
 from graphmend.runtime.conditions import (
     allclose,
-    and_,
     compare,
     equal,
     host_value,
+    is_scalar_tensor,
+    logical_and,
+    logical_or,
     not_,
-    or_,
 )
 from graphmend.runtime.deferral import carry, deferred, piece, print_arg, render
+from graphmend.runtime.selection import assign_item, branch, choose, store_target
 from graphmend.runtime.traps import exact_text, lower_guard, text
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
@@ -27,19 +29,24 @@ tracing = torch.compiler.is_compiling
 
 __all__ = [
     "allclose",
-    "and_",
+    "assign_item",
+    "branch",
     "carry",
+    "choose",
     "compare",
     "deferred",
     "equal",
     "exact_text",
     "host_value",
+    "is_scalar_tensor",
+    "logical_and",
+    "logical_or",
     "lower_guard",
     "not_",
-    "or_",
     "piece",
     "print_arg",
     "render",
+    "store_target",
     "text",
     "tracing",
 ]

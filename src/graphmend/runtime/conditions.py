@@ -1,10 +1,11 @@
 """Conditions evaluated while tracing: Python parts stay Python, tensor parts become tensors.
 
-Rewritten conditions call these helpers instead of ``not``/``and``/``or``,
-comparisons of host values, ``torch.equal`` and ``torch.allclose``.  Given
-Python values they behave exactly like the operators they replace (short
-circuits included); given single-element tensors they return boolean tensors
-whose value is the truth the original would have computed on the host.
+Rewritten conditions call these helpers instead of ``not``, ``and``/``or``
+between a tensor and a pure expression, comparisons of host values,
+``torch.equal`` and ``torch.allclose``.  Given Python values they behave
+exactly like the operators they replace; given single-element tensors they
+return boolean tensors whose value is the truth the original would have
+computed on the host.
 """
 
 from __future__ import annotations
@@ -42,26 +43,18 @@ def not_(value: Any) -> Any:
     return not value
 
 
-def and_(left: Callable[[], Any], right: Callable[[], Any], speculable: bool) -> Any:
-    """``left() and right()``; both sides run when ``left()`` is a tensor and ``right`` is pure."""
-    value = left()
-    if is_scalar_tensor(value) and speculable:
-        other = right()
-        if is_scalar_tensor(other):
-            return torch.logical_and(truth(value), truth(other))
-        return truth(value) if other else False
-    return value and right()
+def logical_and(left: torch.Tensor, right: Any) -> Any:
+    """The truth of ``left and right`` for a one-element tensor ``left``."""
+    if is_scalar_tensor(right):
+        return torch.logical_and(truth(left), truth(right))
+    return truth(left) if right else False
 
 
-def or_(left: Callable[[], Any], right: Callable[[], Any], speculable: bool) -> Any:
-    """``left() or right()``; both sides run when ``left()`` is a tensor and ``right`` is pure."""
-    value = left()
-    if is_scalar_tensor(value) and speculable:
-        other = right()
-        if is_scalar_tensor(other):
-            return torch.logical_or(truth(value), truth(other))
-        return True if other else truth(value)
-    return value or right()
+def logical_or(left: torch.Tensor, right: Any) -> Any:
+    """The truth of ``left or right`` for a one-element tensor ``left``."""
+    if is_scalar_tensor(right):
+        return torch.logical_or(truth(left), truth(right))
+    return True if right else truth(left)
 
 
 def host_value(value: Any, conversion: str) -> Any:

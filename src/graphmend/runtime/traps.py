@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -106,7 +105,7 @@ def exact_text(value: Any) -> str | None:
 def lower_guard(
     condition: Any,
     exception: type[BaseException],
-    message: Callable[[], list[Piece | None]],
+    message: list[Piece | None],
     has_message: bool,
     *earlier: Any,
 ) -> bool:
@@ -125,7 +124,7 @@ def lower_guard(
         return False
     for value in earlier_tensors:
         fires = torch.logical_and(fires, torch.logical_not(truth(value)))
-    pieces = message()
+    pieces = message
     if not _operator_ready or any(piece is None for piece in pieces):
         return False
     path = f"{exception.__module__}:{exception.__qualname__}"

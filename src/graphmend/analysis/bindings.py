@@ -1,0 +1,119 @@
+"""Which local names are certainly bound at a statement, and which are read where.
+
+Predication passes the values a branch reads to a generated function, so it
+must know that each of them is bound when the ``if`` starts (reading an
+unbound local would raise where the original did not).  The analysis is the
+usual definite-assignment one, conservative about loops and ``try``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class _Found(Exception):
+    def __init__(self, bound: frozenset[str]) -> None:
+        self.bound = bound
+
+
+def bound_before(function: FunctionNode, target: ast.stmt) -> frozenset[str]:
+    """Names certainly bound when ``target`` (a statement of ``function``) starts."""
+    arguments = function.args
+    parameters = {
+        a.arg
+        for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        + [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    }
+    try:
+        _block(function.body, frozenset(parameters), target)
+    except _Found as found:
+        return found.bound
+    raise ValueError("the statement is not in the function")
+
+
+def _block(body: Iterable[ast.stmt], bound: frozenset[str], target: ast.stmt) -> frozenset[str]:
+    for statement in body:
+        if statement is target:
+            raise _Found(bound)
+        bound = _statement(statement, bound, target)
+    return bound
+
+
+def _statement(statement: ast.stmt, bound: frozenset[str], target: ast.stmt) -> frozenset[str]:
+    if isinstance(statement, ast.If):
+        then = _block(statement.body, bound, target)
+        otherwise = _block(statement.orelse, bound, target)
+        return then & otherwise
+    if isinstance(statement, ast.For | ast.AsyncFor | ast.While):
+        inside = bound | (
+            stored_names(statement.target) if not isinstance(statement, ast.While) else frozenset()
+        )
+        _block(statement.body, inside, target)
+        _block(statement.orelse, bound, target)
+        return bound
+    if isinstance(statement, ast.With | ast.AsyncWith):
+        names = frozenset().union(
+            *(stored_names(item.optional_vars) for item in statement.items if item.optional_vars)
+        )
+        return _block(statement.body, bound | names, target)
+    if isinstance(statement, ast.Try):
+        _block(statement.body, bound, target)
+        for handler in statement.handlers:
+            _block(handler.body, bound | ({handler.name} if handler.name else set()), target)
+        _block(statement.orelse, bound, target)
+        return _block(statement.finalbody, bound, target)
+    if isinstance(statement, ast.Match):
+        for case in statement.cases:
+            _block(case.body, bound, target)
+        return bound
+    if isinstance(statement, ast.Delete):
+        return bound - frozenset().union(*(stored_names(t) for t in statement.targets))
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return bound | {statement.name}
+    return bound | assigned_by(statement)
+
+
+def assigned_on_every_path(body: Iterable[ast.stmt]) -> frozenset[str]:
+    """Names certainly bound by running ``body`` to its end."""
+    return _block(body, frozenset(), _NOWHERE)
+
+
+_NOWHERE = ast.Pass()
+
+
+def stored_names(target: ast.expr) -> frozenset[str]:
+    """Names an assignment target binds (``a``, ``a, (b, c)``, ``*rest``)."""
+    if isinstance(target, ast.Name):
+        return frozenset({target.id})
+    if isinstance(target, ast.Tuple | ast.List):
+        return frozenset().union(*(stored_names(element) for element in target.elts))
+    if isinstance(target, ast.Starred):
+        return stored_names(target.value)
+    return frozenset()
+
+
+def assigned_by(statement: ast.stmt) -> frozenset[str]:
+    """Names a simple statement binds."""
+    if isinstance(statement, ast.Assign):
+        return frozenset().union(*(stored_names(target) for target in statement.targets))
+    if isinstance(statement, ast.AnnAssign | ast.AugAssign):
+        return stored_names(statement.target) if getattr(statement, "value", True) else frozenset()
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return frozenset(alias.asname or alias.name.split(".", 1)[0] for alias in statement.names)
+    return frozenset(
+        node.target.id
+        for node in ast.walk(statement)
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name)
+    )
+
+
+def names_read(node: ast.AST) -> frozenset[str]:
+    """Every name loaded anywhere in ``node`` (nested functions included)."""
+    return frozenset(
+        child.id
+        for child in ast.walk(node)
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)
+    )

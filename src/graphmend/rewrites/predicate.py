@@ -1,0 +1,702 @@
+"""T1: a data-dependent ``if`` (or ``a if c else b``) becomes one graph.
+
+While tracing, each branch runs as a generated function of the values it
+reads, and :func:`graphmend.runtime.selection.branch` merges their results
+under the tensor condition (``torch.where``, or ``torch.cond`` for costly
+branches; see that module for the rule)::
+
+    if @gm_tracing():
+        @gm_cond3 = <condition, tensor parts kept on the device>
+        def @gm_then3(h):
+            clamp_value = torch.finfo(h.dtype).max - 1000
+            h = torch.clamp(h, min=-clamp_value, max=clamp_value)
+            return (h,)
+        def @gm_else3(h):
+            return (h,)
+        @gm_merged3 = @gm_rt.branch(@gm_cond3, @gm_then3, (h,), @gm_else3, (h,), (), False, True)
+        if @gm_merged3 is not None:
+            (h,) = @gm_merged3
+        elif @gm_cond3:                  # not exact to merge: the original branches
+            clamp_value = ...
+            h = ...
+    else:
+        <the original if>
+
+Branches may assign local names, store into an existing tensor attribute or
+into a tensor by index (both written back in place, predicated), call pure
+torch functions, tensor methods, pure functions of the module and submodules
+whose type is checked while tracing, nest further ``if``s, and return (when
+every branch returns; an early ``return`` merges with the rest of the block).
+Anything else keeps the original ``if`` and its graph break.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from graphmend.analysis.bindings import (
+    assigned_on_every_path,
+    bound_before,
+    names_read,
+    stored_names,
+)
+from graphmend.analysis.purity import PurityChecker
+from graphmend.analysis.scopes import Resolution
+from graphmend.analysis.speculation import BranchFacts, SpeculationChecker
+from graphmend.findings import Decision
+from graphmend.rewrites.common import (
+    FunctionStatementRewriter,
+    dual_path,
+    load,
+    locate,
+    make_function,
+    runtime_call,
+    store,
+)
+from graphmend.rewrites.conditions import ConditionTranslator, Untranslatable
+
+
+class Decline(Exception):
+    """A site that cannot be predicated exactly; the message says why."""
+
+
+@dataclass
+class _Slots:
+    """Stores into tensors a branch makes, merged and written back in place."""
+
+    # slot name -> (the stored attribute, its buffer persistence or None for a plain store)
+    attributes: dict[str, tuple[ast.Attribute, bool | None]] = field(default_factory=dict)
+    items: list[str] = field(default_factory=list)  # local tensors stored into by index
+
+    def attribute_slot(self, target: ast.Attribute, persistent: bool | None = None) -> str:
+        key = ast.dump(target)
+        for slot, (existing, existing_persistent) in self.attributes.items():
+            if ast.dump(existing) == key:
+                if existing_persistent != persistent:
+                    raise Decline(f"{ast.unparse(target)} is stored both as a buffer and not")
+                return slot
+        slot = f"@gm_store{len(self.attributes)}"
+        self.attributes[slot] = (target, persistent)
+        return slot
+
+    def target(self, slot: str) -> ast.expr:
+        """``@gm_rt.store_target(owner, "name", persistent)``: the tensor stored into."""
+        attribute, persistent = self.attributes[slot]
+        return runtime_call(
+            "store_target",
+            copy.deepcopy(attribute.value),
+            ast.Constant(attribute.attr),
+            ast.Constant(persistent),
+        )
+
+
+class PredicateRewrite(FunctionStatementRewriter):
+    """Predicates tensor-valued ``if`` statements and conditional expressions."""
+
+    name = "predicate"
+
+    def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
+        if isinstance(statement, ast.If):
+            return self._rewrite_if(statement, tail=None)
+        if isinstance(statement, ast.Assign | ast.AnnAssign | ast.Return | ast.Expr):
+            return self._rewrite_conditional_expressions(statement)
+        return statement
+
+    def rewrite_tail(self, statement: ast.stmt, tail: list[ast.stmt]) -> list[ast.stmt] | None:
+        """``if c: ...; return a`` followed by ``...; return b``: one site, both branches."""
+        if not (
+            isinstance(statement, ast.If)
+            and not statement.orelse
+            and statement.body
+            and isinstance(statement.body[-1], ast.Return)
+            and tail
+            and isinstance(tail[-1], ast.Return)
+        ):
+            return None
+        rewritten = self._rewrite_if(statement, tail=tail)
+        return rewritten if isinstance(rewritten, list) else None
+
+    # -- if statements -------------------------------------------------------------------
+
+    def _rewrite_if(
+        self, statement: ast.If, tail: list[ast.stmt] | None
+    ) -> ast.stmt | list[ast.stmt]:
+        if _is_guard(statement) or not self.may_hold_tensor_data(statement.test):
+            return statement
+        if self.declined_without_torch(statement):
+            return statement
+        then_arm = statement.body
+        else_arm = statement.orelse if tail is None else tail
+        try:
+            site = _Site(self, statement, then_arm, else_arm)
+            tracing_body = site.tracing_path()
+        except (Decline, Untranslatable) as reason:
+            if tail is None or not _returns(statement.body):
+                self.record(statement, Decision.DECLINED, str(reason))
+            return statement
+        self.record(statement, Decision.REWRITTEN, site.describe())
+        eager = [statement, *(tail or [])]
+        if tail is None:
+            return dual_path(statement, tracing_body)
+        rewritten = dual_path(statement, tracing_body)
+        rewritten.orelse = eager
+        return [rewritten]
+
+    # -- conditional expressions ------------------------------------------------------------
+
+    def _rewrite_conditional_expressions(self, statement: ast.stmt) -> ast.stmt:
+        candidates = [
+            node
+            for node in _expressions_in_scope(statement)
+            if isinstance(node, ast.IfExp) and self.may_hold_tensor_data(node.test)
+        ]
+        if not candidates or self.declined_without_torch(candidates[0]):
+            return statement
+        rewritten = copy.deepcopy(statement)
+        definitions: list[ast.stmt] = []
+        try:
+            transformer = _ConditionalExpressions(self, statement, rewritten, definitions)
+            rewritten = transformer.visit(rewritten)
+        except (Decline, Untranslatable) as reason:
+            self.record(candidates[0], Decision.DECLINED, str(reason))
+            return statement
+        for node in candidates:
+            self.record(
+                node,
+                Decision.REWRITTEN,
+                "conditional expression predicated: both values computed and selected on "
+                "the device when that is exact",
+            )
+        return dual_path(statement, [*definitions, rewritten])
+
+    # -- shared helpers ------------------------------------------------------------------
+
+    def translate_condition(self, condition: ast.expr) -> tuple[list[ast.stmt], ast.expr]:
+        """Statements to run first, and the condition for tracing."""
+        translator = ConditionTranslator(
+            self.module.scopes, self.enclosing.functions, self.module.fresh_name
+        )
+        return translator.translate(condition)
+
+    def local_reads(self, nodes: Iterable[ast.AST]) -> set[str]:
+        """Names read in ``nodes`` that are locals of the enclosing functions."""
+        functions = self.enclosing.functions
+        return {
+            name
+            for node in nodes
+            for name in names_read(node)
+            if self.module.scopes.resolve(name, functions) is Resolution.LOCAL
+        }
+
+    def bound_at(self, statement: ast.stmt) -> frozenset[str]:
+        function = self.enclosing.functions[-1]
+        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        try:
+            return bound_before(function, statement)
+        except ValueError:
+            return frozenset()  # the statement was moved by an earlier rewrite
+
+
+class _Site:
+    """One ``if`` statement being predicated: checks, then code generation."""
+
+    def __init__(
+        self,
+        rewriter: PredicateRewrite,
+        statement: ast.If,
+        then_arm: list[ast.stmt],
+        else_arm: list[ast.stmt],
+        parent: _Site | None = None,
+        bound: frozenset[str] | None = None,
+    ) -> None:
+        self.rewriter = rewriter
+        self.module = rewriter.module
+        self.statement = statement
+        self.nested = parent is not None
+        self.returns = _returns(then_arm)
+        if self.returns != _returns(else_arm):
+            raise Decline("one branch returns and the other does not")
+        if self.returns and self.nested:
+            raise Decline("a nested if returns from inside a branch")
+        self.bound = rewriter.bound_at(statement) if bound is None else bound
+        self.checker = (
+            parent.checker
+            if parent
+            else SpeculationChecker(self.module.scopes, rewriter.enclosing.functions)
+        )
+        self.slots = parent.slots if parent else _Slots()
+        self.number = self.module.fresh_name("if").removeprefix("@gm_if")
+        self.hoisted: list[ast.stmt] = []
+        self.then_arm = self._hoist(then_arm)
+        self.else_arm = self._hoist(else_arm)
+        self.outputs = [] if self.returns else self._outputs()
+
+    @property
+    def facts(self) -> BranchFacts:
+        return self.checker.facts
+
+    def _hoist(self, arm: list[ast.stmt]) -> list[ast.stmt]:
+        """Move out the statements that are the same whichever branch runs.
+
+        A lazy initialisation from Python values (``if not hasattr(self, "a"):
+        self.a = f(config)``) and a re-store of an attribute on a device
+        (``self.a = self.a.to(device)``) are idempotent: running them before the
+        ``if``, whichever branch is taken, changes nothing the program can see
+        but the moment the attribute first exists.
+        """
+        if self.nested:
+            return arm
+        data = self.module.tensor_names(
+            self.rewriter.enclosing.functions[-1], self.rewriter.enclosing.functions
+        ) | _assigned_names(arm)
+        kept = []
+        for statement in arm:
+            if _is_lazy_initialisation(statement, data) or _is_device_restore(statement, data):
+                self.hoisted.append(statement)
+            else:
+                kept.append(statement)
+        return kept
+
+    def _outputs(self) -> list[str]:
+        """The locals the site binds that are used after it, each bound on every path."""
+        assigned = _assigned_names(self.then_arm) | _assigned_names(self.else_arm)
+        function = self.rewriter.enclosing.functions[-1]
+        read_elsewhere = _names_read_outside(function, self.statement)
+        if self.nested:
+            # Inside a branch function every assigned name may be returned by it.
+            read_elsewhere = read_elsewhere | assigned
+        outputs = []
+        for name in sorted(assigned):
+            everywhere = name in assigned_on_every_path(self.then_arm) and name in (
+                assigned_on_every_path(self.else_arm)
+            )
+            if everywhere or name in self.bound:
+                outputs.append(name)
+            elif name in read_elsewhere:
+                raise Decline(
+                    f"{name} is assigned in one branch only and may be unbound before the if"
+                )
+        return outputs
+
+    def tracing_path(self) -> list[ast.stmt]:
+        """The statements run while tracing (checks raise :class:`Decline`)."""
+        condition_name = f"@gm_cond{self.number}"
+        prelude, condition = self.rewriter.translate_condition(self.statement.test)
+        then_body = self._transform(self.then_arm, assigned=set())
+        else_body = self._transform(self.else_arm, assigned=set())
+        if self.facts.problem is not None:
+            raise Decline(f"a branch cannot run ahead of time: {self.facts.problem}")
+        if self.returns and (self.slots.attributes or self.slots.items):
+            raise Decline("a branch both returns and stores into a tensor")
+        then_name, else_name = f"@gm_then{self.number}", f"@gm_else{self.number}"
+        then_function, then_parameters = self._function(then_name, self.then_arm, then_body)
+        else_function, else_parameters = self._function(else_name, self.else_arm, else_body)
+        merged_name = f"@gm_merged{self.number}"
+        in_place = [] if self.nested else self._in_place_targets()
+        call = runtime_call(
+            "branch",
+            load(condition_name),
+            load(then_name),
+            _tuple(load(p) for p in then_parameters),
+            load(else_name),
+            _tuple(load(p) for p in else_parameters),
+            _tuple(copy.deepcopy(m) for m in self.facts.modules),
+            ast.Constant(self.facts.expensive),
+            ast.Constant(self.facts.grad_safe),
+            _tuple(in_place),
+        )
+        chooser = ast.If(
+            test=ast.Compare(
+                left=load(merged_name), ops=[ast.IsNot()], comparators=[ast.Constant(None)]
+            ),
+            body=self._unpack(merged_name),
+            orelse=[self._fallback(condition_name)],
+        )
+        return [
+            *copy.deepcopy(self.hoisted),
+            *prelude,
+            ast.Assign(targets=[store(condition_name)], value=condition),
+            then_function,
+            else_function,
+            ast.Assign(targets=[store(merged_name)], value=call),
+            chooser,
+        ]
+
+    def _in_place_targets(self) -> list[ast.expr]:
+        return [self.slots.target(slot) for slot in self.slots.attributes] + [
+            load(name) for name in self.slots.items
+        ]
+
+    def _unpack(self, merged_name: str) -> list[ast.stmt]:
+        if self.returns:
+            first = ast.Subscript(value=load(merged_name), slice=ast.Constant(0), ctx=ast.Load())
+            return [ast.Return(value=first)]
+        if not self.outputs:
+            return [ast.Pass()]  # only in-place stores, written by the runtime
+        names = ast.Tuple(elts=[store(n) for n in self.outputs], ctx=ast.Store())
+        return [ast.Assign(targets=[names], value=load(merged_name))]
+
+    def _fallback(self, condition_name: str) -> ast.If:
+        """The original branches, decided on the host (the original graph break)."""
+        if self.nested:
+            # Inside a branch function, even the fallback must not store anything.
+            then_fallback = self._transform(self.then_arm, set()) or [ast.Pass()]
+            else_fallback = self._transform(self.else_arm, set())
+        else:
+            then_fallback = copy.deepcopy(self.then_arm) or [ast.Pass()]
+            else_fallback = copy.deepcopy(self.else_arm)
+        return ast.If(test=load(condition_name), body=then_fallback, orelse=else_fallback)
+
+    def _function(
+        self, name: str, arm: list[ast.stmt], body: list[ast.stmt]
+    ) -> tuple[ast.stmt, list[str]]:
+        """``def name(<locals read>): <arm without side effects>; return (<results>)``."""
+        body = list(body)
+        if self.returns:
+            results: list[ast.expr] = []  # the arm's own return statement ends the body
+        else:
+            results = [load(n) for n in self.outputs]
+            if not self.nested:
+                results += [load(slot) for slot in self.slots.attributes]
+                results += [load(n) for n in self.slots.items]
+            body.append(ast.Return(value=_tuple(results)))
+        owners = [attribute.value for attribute, _ in self.slots.attributes.values()]
+        parameters = sorted(
+            self.rewriter.local_reads([*arm, *results, *owners])
+            | set(self.outputs)
+            | set(self.slots.items)
+        )
+        if self.nested:
+            parameters = sorted({*parameters, *self.slots.attributes} & self.bound)
+        unbound = [p for p in parameters if p not in self.bound and p not in _assigned_names(arm)]
+        if unbound:
+            raise Decline(f"a branch reads {unbound[0]}, which may be unbound before the if")
+        parameters = [p for p in parameters if p in self.bound]
+        prologue = (
+            []
+            if self.nested
+            else [
+                ast.Assign(targets=[store(slot)], value=self.slots.target(slot))
+                for slot in self.slots.attributes
+            ]
+        )
+        function = make_function(name, parameters, [*prologue, *body] or [ast.Pass()], [])
+        return locate(function, self.statement), parameters  # type: ignore[return-value]
+
+    def _transform(self, arm: list[ast.stmt], assigned: set[str]) -> list[ast.stmt]:
+        """The arm's statements with stores made local; raises :class:`Decline`."""
+        transformed: list[ast.stmt] = []
+        for statement in arm:
+            transformed.extend(self._transform_statement(statement, assigned))
+        return transformed
+
+    def _transform_statement(self, statement: ast.stmt, assigned: set[str]) -> list[ast.stmt]:
+        if isinstance(statement, ast.Pass) or _is_docstring(statement):
+            return []
+        if isinstance(statement, ast.Return):
+            if statement.value is None:
+                raise Decline("a branch returns None implicitly, which cannot be selected")
+            self.checker.expression(statement.value)
+            return [ast.Return(value=_tuple([copy.deepcopy(statement.value)]))]
+        if isinstance(statement, ast.Assign | ast.AnnAssign):
+            return self._transform_assignment(statement, assigned)
+        if isinstance(statement, ast.If):
+            return self._transform_nested_if(statement, assigned)
+        buffer = _buffer_registration(statement)
+        if buffer is not None:
+            target, value, persistent = buffer
+            self.checker.expression(value)
+            slot = self.slots.attribute_slot(target, persistent)
+            return [ast.Assign(targets=[store(slot)], value=copy.deepcopy(value))]
+        what = {
+            ast.AugAssign: "an augmented assignment (+= updates a tensor in place)",
+            ast.Expr: "an expression statement, which may have side effects",
+            ast.Raise: "a raise",
+            ast.For: "a loop",
+            ast.While: "a loop",
+            ast.Break: "a break",
+            ast.Continue: "a continue",
+        }.get(type(statement), f"a {type(statement).__name__} statement")
+        raise Decline(f"a branch holds {what} (line {statement.lineno})")
+
+    def _transform_nested_if(self, statement: ast.If, assigned: set[str]) -> list[ast.stmt]:
+        """A nested ``if`` (an ``elif``) predicated inside the branch function."""
+        if _is_guard(statement):
+            raise Decline(f"a branch raises (line {statement.lineno})")
+        self.checker.expression(statement.test)  # evaluated ahead of time too
+        bound = self.bound | assigned | set(self.slots.attributes) | set(self.slots.items)
+        nested = _Site(
+            self.rewriter,
+            statement,
+            statement.body,
+            statement.orelse,
+            parent=self,
+            bound=frozenset(bound),
+        )
+        code = nested.tracing_path()
+        assigned |= set(nested.outputs)
+        return code
+
+    def _transform_assignment(
+        self, statement: ast.Assign | ast.AnnAssign, assigned: set[str]
+    ) -> list[ast.stmt]:
+        if statement.value is None:
+            return []
+        self.checker.expression(statement.value)
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        value = copy.deepcopy(statement.value)
+        if all(stored_names(t) and _is_name_target(t) for t in targets):
+            for target in targets:
+                assigned |= stored_names(target)
+            return [ast.Assign(targets=[copy.deepcopy(t) for t in targets], value=value)]
+        if len(targets) != 1:
+            raise Decline("a chained assignment stores into something other than names")
+        target = targets[0]
+        if isinstance(target, ast.Attribute) and _is_attribute_chain(target.value):
+            self.checker.expression(target.value)
+            return [ast.Assign(targets=[store(self.slots.attribute_slot(target))], value=value)]
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            name = target.value.id
+            if name in assigned:
+                raise Decline(f"a branch both rebinds {name} and stores into it by index")
+            self._check_index(target.slice)
+            if name not in self.slots.items:
+                self.slots.items.append(name)
+            update = runtime_call("assign_item", load(name), copy.deepcopy(target.slice), value)
+            return [ast.Assign(targets=[store(name)], value=update)]
+        raise Decline(f"a branch stores into {ast.unparse(target)}, which cannot be predicated")
+
+    def _check_index(self, index: ast.expr) -> None:
+        impure = PurityChecker(self.module.scopes, self.rewriter.enclosing.functions).impure_part(
+            index
+        )
+        if impure is not None:
+            raise Decline(f"an index in a branch cannot be computed ahead of time: {impure}")
+
+    def describe(self) -> str:
+        """The finding's text for a rewritten site."""
+        if self.returns:
+            what = "the returned values"
+        else:
+            stores = [ast.unparse(attribute) for attribute, _ in self.slots.attributes.values()]
+            stores += [f"{name}[...]" for name in self.slots.items]
+            what = ", ".join(self.outputs + stores) or "nothing"
+        hoisted = ""
+        if self.hoisted:
+            lines = ", ".join(str(statement.lineno) for statement in self.hoisted)
+            hoisted = f"; idempotent statements at line {lines} run whichever branch is taken"
+        return (
+            f"if predicated: {what} selected on the device while tracing "
+            f"(torch.where, or torch.cond for costly branches) when that is exact{hoisted}"
+        )
+
+
+class _ConditionalExpressions(ast.NodeTransformer):
+    """Replaces tensor-valued ``a if c else b`` by ``@gm_rt.choose(...)``."""
+
+    def __init__(
+        self,
+        rewriter: PredicateRewrite,
+        statement: ast.stmt,
+        copy_: ast.stmt,
+        definitions: list[ast.stmt],
+    ) -> None:
+        self.rewriter = rewriter
+        self.statement = statement
+        self.whole_value = getattr(copy_, "value", None)  # the expression the copy computes
+        self.definitions = definitions
+        self.bound = rewriter.bound_at(statement)
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        return node  # its own scope
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+        if not self.rewriter.may_hold_tensor_data(node.test):
+            return self.generic_visit(node)
+        module = self.rewriter.module
+        checker = SpeculationChecker(module.scopes, self.rewriter.enclosing.functions)
+        number = module.fresh_name("ifexp").removeprefix("@gm_ifexp")
+        branches = []
+        for label, value in (("then", node.body), ("else", node.orelse)):
+            checker.expression(value)
+            parameters = sorted(self.rewriter.local_reads([value]))
+            unbound = [p for p in parameters if p not in self.bound]
+            if unbound:
+                raise Decline(f"a branch reads {unbound[0]}, which may be unbound here")
+            name = f"@gm_{label}{number}"
+            function = make_function(name, parameters, [ast.Return(value=value)], [])
+            self.definitions.append(locate(function, self.statement))  # type: ignore[arg-type]
+            branches += [load(name), _tuple(load(p) for p in parameters)]
+        if checker.facts.problem is not None:
+            raise Decline(f"a value cannot be computed ahead of time: {checker.facts.problem}")
+        prelude, condition = self.rewriter.translate_condition(node.test)
+        if prelude and self.whole_value is not node:
+            raise Decline(
+                "an and/or condition inside a larger expression would change evaluation order"
+            )
+        self.definitions.extend(locate(statement, self.statement) for statement in prelude)
+        return runtime_call(
+            "choose",
+            condition,
+            *branches,
+            _tuple(copy.deepcopy(m) for m in checker.facts.modules),
+            ast.Constant(checker.facts.expensive),
+            ast.Constant(checker.facts.grad_safe),
+        )
+
+
+def _buffer_registration(
+    statement: ast.stmt,
+) -> tuple[ast.Attribute, ast.expr, bool] | None:
+    """``owner.register_buffer("name", value, persistent=...)``: (owner.name, value, persistent)."""
+    if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+        return None
+    call = statement.value
+    func = call.func
+    if not (
+        isinstance(func, ast.Attribute)
+        and func.attr == "register_buffer"
+        and _is_attribute_chain(func.value)
+        and len(call.args) == 2
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
+    ):
+        return None
+    persistent = True
+    for keyword in call.keywords:
+        if keyword.arg != "persistent" or not isinstance(keyword.value, ast.Constant):
+            return None
+        persistent = bool(keyword.value.value)
+    target = ast.Attribute(value=func.value, attr=call.args[0].value, ctx=ast.Store())
+    return target, call.args[1], persistent
+
+
+def _uses_only(expr: ast.AST, excluded: frozenset[str] | set[str]) -> bool:
+    """Whether ``expr`` reads none of ``excluded`` (the values that depend on tensor data)."""
+    return not (names_read(expr) & set(excluded))
+
+
+def _is_lazy_initialisation(statement: ast.stmt, data: frozenset[str] | set[str]) -> bool:
+    """``if not hasattr(owner, "a"): owner.a[, ...] = <from Python values>``."""
+    if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
+        return False
+    test, body = statement.test, statement.body[0]
+    if not (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and isinstance(test.operand, ast.Call)
+        and isinstance(test.operand.func, ast.Name)
+        and test.operand.func.id == "hasattr"
+        and len(test.operand.args) == 2
+        and isinstance(test.operand.args[1], ast.Constant)
+        and isinstance(body, ast.Assign)
+        and len(body.targets) == 1
+    ):
+        return False
+    owner, name = test.operand.args
+    stored = [
+        node
+        for node in ast.walk(body.targets[0])
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+    ]
+    return (
+        len(stored) == 1
+        and stored[0].attr == name.value  # type: ignore[attr-defined]
+        and ast.dump(stored[0].value) == ast.dump(owner)
+        and _uses_only(body.value, data)
+    )
+
+
+def _is_device_restore(statement: ast.stmt, data: frozenset[str] | set[str]) -> bool:
+    """``owner.a = owner.a.to(<Python values>)``: the same tensor, on a device."""
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+        return False
+    target, value = statement.targets[0], statement.value
+    if not (
+        isinstance(target, ast.Attribute)
+        and isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "to"
+        and isinstance(value.func.value, ast.Attribute)
+    ):
+        return False
+    source = value.func.value
+    return (
+        source.attr == target.attr
+        and ast.dump(source.value) == ast.dump(target.value)
+        and all(_uses_only(arg, data) for arg in [*value.args, *value.keywords])
+    )
+
+
+def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:
+    return ast.Tuple(elts=list(elements), ctx=ast.Load())
+
+
+def _is_guard(statement: ast.If) -> bool:
+    """``if c: raise ...``: T3's site, not a branch to predicate."""
+    return len(statement.body) == 1 and isinstance(statement.body[0], ast.Raise)
+
+
+def _returns(arm: Sequence[ast.stmt]) -> bool:
+    return bool(arm) and isinstance(arm[-1], ast.Return)
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+
+
+def _is_name_target(target: ast.expr) -> bool:
+    if isinstance(target, ast.Name):
+        return True
+    return isinstance(target, ast.Tuple | ast.List) and all(
+        _is_name_target(element) for element in target.elts
+    )
+
+
+def _is_attribute_chain(expr: ast.expr) -> bool:
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name)
+
+
+def _assigned_names(arm: Sequence[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for statement in arm:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return names
+
+
+def _names_read_outside(function: ast.AST, site: ast.stmt) -> frozenset[str]:
+    """Names loaded anywhere in ``function`` except inside ``site``."""
+    read: set[str] = set()
+    pending: list[ast.AST] = [function]
+    while pending:
+        node = pending.pop()
+        if node is site:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            read.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return frozenset(read)
+
+
+def _expressions_in_scope(statement: ast.stmt) -> list[ast.AST]:
+    """Nodes of a simple statement, not entering lambdas or comprehensions."""
+    found: list[ast.AST] = []
+    pending: list[ast.AST] = [statement]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if isinstance(
+            node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
+        ):
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return found

@@ -1,0 +1,272 @@
+"""Runtime side of T1: merge both branches of a data-dependent ``if`` while tracing.
+
+Rewritten code hands :func:`branch` its condition and one generated function
+per branch (with the values each reads).  When the condition is a
+one-element tensor and the branches' results can be merged exactly, it
+returns the merged results; otherwise ``None``, and the original ``if`` runs.
+
+The rule between ``torch.where`` and ``torch.cond``:
+
+* ``torch.where`` (both branches run, results selected element-exactly) when
+  the branches are cheap (element-wise work, reductions, shape changes) and
+  either no gradient is being recorded or every operation in them has a finite
+  derivative everywhere (otherwise the untaken branch's ``0 * inf`` would turn
+  gradients into NaN);
+* ``torch.cond`` (only the taken branch runs) when a branch calls a submodule
+  or a matrix product (running both would cost real time), or when gradients
+  are recorded through an operation that can produce an infinite derivative.
+  Its outputs are copies, since ``torch.cond`` refuses outputs that alias its
+  inputs.
+
+Either way the results must be tensors of equal shape, dtype and device
+(``torch.where`` would otherwise broadcast or promote) or identical Python
+values, position by position.  Submodules must be of a type whose call is
+pure (``nn.Linear``, norms, activations, ``nn.Sequential`` of those, dropout
+only in eval mode) and carry no hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from graphmend.runtime.conditions import is_scalar_tensor, truth
+
+_PURE_MODULES: tuple[type[nn.Module], ...] = tuple(
+    module
+    for module in (
+        nn.Identity,
+        nn.Linear,
+        nn.Bilinear,
+        nn.LayerNorm,
+        nn.GroupNorm,
+        getattr(nn, "RMSNorm", None),
+        nn.Conv1d,
+        nn.Conv2d,
+        nn.Conv3d,
+        nn.Flatten,
+        nn.Unflatten,
+        nn.Dropout,
+        nn.Dropout1d,
+        nn.Dropout2d,
+        nn.Dropout3d,
+        nn.AlphaDropout,
+        nn.BatchNorm1d,
+        nn.BatchNorm2d,
+        nn.BatchNorm3d,
+    )
+    if module is not None
+)
+_TRAINING_CHANGES_STATE = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+_PURE_MODULE_PACKAGES = ("torch.nn.modules.activation", "transformers.activations")
+
+
+def module_is_pure(module: Any) -> bool:
+    """Whether calling ``module`` only computes (checked while tracing, so it is static)."""
+    if not isinstance(module, nn.Module):
+        return False
+    if module._forward_hooks or module._forward_pre_hooks:
+        return False
+    if isinstance(module, _TRAINING_CHANGES_STATE) and module.training:
+        return False
+    if isinstance(module, nn.Sequential):
+        return all(module_is_pure(child) for child in module)
+    if isinstance(module, nn.MultiheadAttention):
+        return False
+    return isinstance(module, _PURE_MODULES) or type(module).__module__ in _PURE_MODULE_PACKAGES
+
+
+def branch(
+    condition: Any,
+    then_function: Callable[..., tuple[Any, ...]],
+    then_arguments: Sequence[Any],
+    else_function: Callable[..., tuple[Any, ...]],
+    else_arguments: Sequence[Any],
+    modules: Sequence[Any],
+    expensive: bool,
+    grad_safe: bool,
+    in_place: Sequence[Any] = (),
+) -> tuple[Any, ...] | None:
+    """The branches' results merged under ``condition``, or ``None`` to run the original.
+
+    The last ``len(in_place)`` results are new values for tensors the
+    branches update (a module buffer, a tensor indexed and stored into): they
+    are written into those tensors in place, and not returned.
+    """
+    if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
+        return None
+    if not all(module_is_pure(module) for module in modules):
+        return None
+    predicate = truth(condition)
+    then_values = then_function(*then_arguments)
+    else_values = else_function(*else_arguments)
+    plan = _merge_plan(then_values, else_values)
+    if plan is None:
+        return None
+    if expensive or (torch.is_grad_enabled() and not grad_safe):
+        merged = _with_cond(
+            predicate,
+            plan,
+            then_values,
+            (then_function, then_arguments),
+            (else_function, else_arguments),
+        )
+    else:
+        merged = tuple(
+            _select(predicate, *pair) for pair in zip(then_values, else_values, strict=True)
+        )
+    if merged is None:
+        return None
+    count = len(merged) - len(in_place)
+    for target, update in zip(in_place, merged[count:], strict=True):
+        if not (isinstance(target, torch.Tensor) and _same_metadata(target, update)):
+            return None
+    for target, update in zip(in_place, merged[count:], strict=True):
+        target.copy_(update)
+    return merged[:count]
+
+
+def choose(
+    condition: Any,
+    then_function: Callable[..., Any],
+    then_arguments: Sequence[Any],
+    else_function: Callable[..., Any],
+    else_arguments: Sequence[Any],
+    modules: Sequence[Any],
+    expensive: bool,
+    grad_safe: bool,
+) -> Any:
+    """``then if condition else otherwise``, merged while tracing when that is exact."""
+    merged = branch(
+        condition,
+        lambda *arguments: (then_function(*arguments),),
+        then_arguments,
+        lambda *arguments: (else_function(*arguments),),
+        else_arguments,
+        modules,
+        expensive,
+        grad_safe,
+    )
+    if merged is not None:
+        return merged[0]
+    if condition:
+        return then_function(*then_arguments)
+    return else_function(*else_arguments)
+
+
+def store_target(owner: Any, name: str, persistent: bool | None) -> torch.Tensor | None:
+    """The tensor a predicated store writes into: ``owner.name``, if it is one.
+
+    For ``register_buffer`` (``persistent`` not ``None``) it must already be a
+    buffer of that persistence, so that writing it in place registers nothing
+    new; ``None`` when the store cannot be done in place.
+    """
+    if isinstance(owner, nn.Module):
+        if name in owner._buffers:
+            if persistent is not None and persistent == (name in owner._non_persistent_buffers_set):
+                return None
+            value = owner._buffers[name]
+            return value if isinstance(value, torch.Tensor) else None
+        if persistent is not None or name in owner._parameters:
+            return None
+    value = getattr(owner, name, None)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def assign_item(tensor: Any, index: Any, value: Any) -> Any:
+    """``tensor[index] = value`` on a copy; ``None`` when the index could gather out of range."""
+    if not isinstance(tensor, torch.Tensor) or not _selects_only(index):
+        return None
+    updated = tensor.clone()
+    updated[index] = value
+    return updated
+
+
+def _selects_only(index: Any) -> bool:
+    """Booleans masks, integers, slices, ``None`` and ``...``: nothing can be out of range
+    except what the shapes already decide while tracing."""
+    if isinstance(index, tuple):
+        return all(_selects_only(part) for part in index)
+    if isinstance(index, torch.Tensor):
+        return index.dtype == torch.bool
+    return index is None or index is Ellipsis or isinstance(index, (int, slice))
+
+
+def _same_metadata(left: torch.Tensor, right: Any) -> bool:
+    return (
+        isinstance(right, torch.Tensor)
+        and left.shape == right.shape
+        and left.dtype == right.dtype
+        and left.device == right.device
+    )
+
+
+def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> list[bool] | None:
+    """Per result position: True for a tensor pair to select between, False for one shared
+    Python value; ``None`` when some pair cannot be merged exactly."""
+    if len(then_values) != len(else_values):
+        return None
+    plan = []
+    for left, right in zip(then_values, else_values, strict=True):
+        if isinstance(left, torch.Tensor):
+            if not _same_metadata(left, right) or left.layout != torch.strided:
+                return None
+            plan.append(True)
+        elif _identical(left, right):
+            plan.append(False)
+        else:
+            return None
+    return plan
+
+
+def _identical(left: Any, right: Any) -> bool:
+    if left is right:
+        return True
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, (tuple, list)):
+        return len(left) == len(right) and all(
+            _identical(a, b) for a, b in zip(left, right, strict=True)
+        )
+    return type(left) in (int, float, str, bool, type(None), torch.dtype, torch.device) and (
+        left == right
+    )
+
+
+def _select(predicate: torch.Tensor, left: Any, right: Any) -> Any:
+    return torch.where(predicate, left, right) if isinstance(left, torch.Tensor) else left
+
+
+Branch = tuple[Callable[..., tuple[Any, ...]], Sequence[Any]]
+
+
+def _with_cond(
+    predicate: torch.Tensor,
+    plan: list[bool],
+    then_values: tuple[Any, ...],
+    then_branch: Branch,
+    else_branch: Branch,
+) -> tuple[Any, ...]:
+    """Run only the taken branch; the shared Python values are the ones already computed.
+
+    (The values computed to make the plan are not used for tensors, so the
+    compiler drops that work.)
+    """
+
+    def tensors_of(branch: Branch) -> Callable[[], tuple[torch.Tensor, ...]]:
+        function, arguments = branch
+
+        def run() -> tuple[torch.Tensor, ...]:
+            values = function(*arguments)
+            return tuple(v.clone() for v, is_tensor in zip(values, plan, strict=True) if is_tensor)
+
+        return run
+
+    selected = iter(torch.cond(predicate, tensors_of(then_branch), tensors_of(else_branch), ()))
+    return tuple(
+        next(selected) if is_tensor else value
+        for value, is_tensor in zip(then_values, plan, strict=True)
+    )

@@ -1,0 +1,392 @@
+"""T1: data-dependent if/else and conditional expressions become one graph."""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+
+import pytest
+import torch
+
+from graphmend.findings import Decision
+from graphmend.pipeline import rewrite
+from helpers.graphs import compile_and_run
+
+PATTERNS = """
+import torch
+from torch import nn
+
+
+def both_branches(x):
+    if x.sum() > 0:
+        y = x * 2
+        z = x + 1
+    else:
+        y = x - 1
+        z = x * x
+    return y + z
+
+
+def else_less(x):
+    h = x + 1
+    if h.abs().max() > 2:
+        h = h / 2
+    return h
+
+
+def elif_chain(x):
+    if x.mean() > 1:
+        y = x * 3
+    elif x.mean() < -1:
+        y = -x
+    else:
+        y = x + 0.5
+    return y
+
+
+def nested(x):
+    y = x
+    if x.sum() > 0:
+        if x.max() > 3:
+            y = x * 10
+        else:
+            y = x * 5
+    return y
+
+
+def in_loop(x):
+    for step in range(3):
+        if x.sum() > step:
+            x = x - 1
+    return x
+
+
+def both_return(x):
+    if x.sum() > 0:
+        return x * 2
+    else:
+        return x * 3
+
+
+def early_return(x):
+    if (x < 0).any():
+        return x.abs()
+    y = x + 1
+    return y * 2
+
+
+def conditional_expression(x):
+    scaled = x * 2.0 if x.sum() > 0 else x * 0.5
+    return scaled + (x.exp() if x.mean() > 0 else x)
+
+
+def mixed_condition(x, mask=None):
+    if mask is not None and (mask == 0).any():
+        x = x.masked_fill(mask == 0, 0.0)
+    return x
+
+
+def fp16_clamp(h):
+    if h.dtype == torch.float16 and (torch.isinf(h).any() or torch.isnan(h).any()):
+        clamp_value = torch.finfo(h.dtype).max - 1000
+        h = torch.clamp(h, min=-clamp_value, max=clamp_value)
+    return h
+
+
+def host_reads(x, limit):
+    if x.sum().item() > limit:
+        x = x - limit
+    if float(x.max()) <= 0.5 and int(x.numel()) > 1:
+        x = x * 2
+    if bool(x.any()):
+        x = x + 1
+    return x
+
+
+def rotate(x):
+    return torch.cat((-x[..., 1:], x[..., :1]), dim=-1)
+
+
+def module_function(x):
+    if x.sum() > 0:
+        x = rotate(x)
+    return x
+
+
+def store_by_index(labels):
+    if labels.sum() == 0:
+        labels[labels.sum(dim=1).eq(0)] = 1
+    return labels * 2
+
+
+class Scaler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.1)
+        self.register_buffer("scale", torch.ones(4))
+        self.register_buffer("cache", torch.zeros(4), persistent=False)
+
+    def forward(self, h):
+        if h.mean() > 1:
+            self.scale = self.scale * 2
+            self.register_buffer("cache", h.detach().clone(), persistent=False)
+        if h.sum() > 0:
+            h = self.drop(self.proj(h))
+        return h * self.scale + self.cache
+
+
+def gradient_unsafe(x):
+    if x.sum() > 0:
+        x = torch.log(x)
+    return x * 2
+"""
+
+INPUTS = {
+    "both_branches": [(torch.arange(4.0),), (-torch.arange(4.0),)],
+    "else_less": [(torch.arange(4.0),), (torch.zeros(4),)],
+    "elif_chain": [(torch.full((3,), 2.0),), (torch.full((3,), -2.0),), (torch.zeros(3),)],
+    "nested": [(torch.arange(5.0),), (torch.ones(3),), (-torch.ones(3),)],
+    "in_loop": [(torch.full((2,), 3.0),), (torch.zeros(2),)],
+    "both_return": [(torch.ones(2),), (-torch.ones(2),)],
+    "early_return": [(torch.tensor([-1.0, 2.0]),), (torch.ones(2),)],
+    "conditional_expression": [(torch.ones(2),), (-torch.ones(2),)],
+    "mixed_condition": [
+        (torch.ones(3), torch.tensor([1, 0, 1])),
+        (torch.ones(3), torch.ones(3, dtype=torch.long)),
+        (torch.ones(3), None),
+    ],
+    "fp16_clamp": [
+        (torch.tensor([float("inf"), 1.0]).half(),),
+        (torch.tensor([0.5, 1.0]).half(),),
+        (torch.tensor([float("inf"), 1.0]),),
+    ],
+    "host_reads": [(torch.tensor([0.2, 0.3]), 0.1), (torch.tensor([2.0, 3.0]), 10)],
+    "module_function": [(torch.arange(3.0),), (-torch.arange(3.0),)],
+    "store_by_index": [
+        (torch.zeros(2, 3, dtype=torch.long),),
+        (torch.tensor([[0, 0, 0], [1, 0, 2]]),),
+    ],
+}
+
+
+def bitwise_equal(left, right) -> bool:
+    if isinstance(left, torch.Tensor):
+        if left.dtype != right.dtype or left.shape != right.shape:
+            return False
+        if left.is_floating_point():
+            bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[left.element_size()]
+            return torch.equal(left.view(bits), right.view(bits))
+        return torch.equal(left, right)
+    return left == right
+
+
+@pytest.fixture(scope="module")
+def patterns(tmp_path_factory):
+    import sys
+
+    from graphmend.activation import install_config
+    from graphmend.config import Config
+
+    root = tmp_path_factory.mktemp("patterns")
+    (root / "gm_patterns.py").write_text(textwrap.dedent(PATTERNS))
+    sys.path.insert(0, str(root))
+    try:
+        with install_config(Config(packages=("gm_patterns",), cache_dir=root / "cache")):
+            import gm_patterns
+    finally:
+        sys.path.remove(str(root))
+    return gm_patterns
+
+
+CASES = [(name, index) for name, inputs in INPUTS.items() for index in range(len(inputs))]
+
+
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_pattern_compiles_to_one_graph_bit_identical(patterns, name, index):
+    function = getattr(patterns, name)
+    eager_args = copy.deepcopy(INPUTS[name][index])
+    compiled_args = copy.deepcopy(INPUTS[name][index])
+    expected = function(*eager_args)
+    compiled = compile_and_run(function, *compiled_args, fullgraph=True)
+    assert (compiled.graphs, compiled.breaks) == (1, 0)
+    assert bitwise_equal(compiled.result, expected)
+    # Inputs updated in place are updated alike.
+    for eager_arg, compiled_arg in zip(eager_args, compiled_args, strict=True):
+        assert bitwise_equal(eager_arg, compiled_arg)
+
+
+@pytest.mark.parametrize("h", [torch.full((4,), 2.0), torch.full((4,), -2.0), torch.ones(4) * 0.5])
+def test_module_stores_and_submodules(patterns, h):
+    torch.manual_seed(0)
+    eager_model = patterns.Scaler().eval()
+    compiled_model = copy.deepcopy(eager_model)
+    expected = eager_model(h)
+    compiled = compile_and_run(compiled_model, h, fullgraph=True)
+    assert compiled.graphs == 1
+    assert bitwise_equal(compiled.result, expected)
+    for name, buffer in eager_model.named_buffers():
+        assert bitwise_equal(dict(compiled_model.named_buffers())[name], buffer), name
+    assert "cache" in compiled_model._non_persistent_buffers_set
+
+
+def test_training_mode_dropout_keeps_the_original_branch(patterns):
+    model = patterns.Scaler().train()
+    compiled = compile_and_run(model, torch.full((4,), 2.0))
+    assert compiled.breaks >= 1  # dropout in training mode draws random numbers
+
+
+def test_gradients_through_an_unsafe_branch_use_torch_cond(patterns):
+    for sign in (1.0, -1.0):
+        x_eager = (sign * torch.arange(1.0, 4.0)).requires_grad_()
+        x_compiled = x_eager.detach().clone().requires_grad_()
+        patterns.gradient_unsafe(x_eager).sum().backward()
+        torch._dynamo.reset()
+        compiled = torch.compile(patterns.gradient_unsafe, backend="aot_eager", fullgraph=True)
+        compiled(x_compiled).sum().backward()
+        # With torch.where the untaken log() would turn the gradient into NaN.
+        assert bitwise_equal(x_compiled.grad, x_eager.grad)
+        assert not torch.isnan(x_compiled.grad).any()
+
+
+@pytest.mark.inductor
+def test_inductor_end_to_end(patterns):
+    torch._dynamo.reset()
+    compiled = torch.compile(patterns.elif_chain, fullgraph=True)
+    for x in (torch.full((3,), 2.0), torch.full((3,), -2.0), torch.zeros(3)):
+        assert torch.allclose(compiled(x), patterns.elif_chain(x))
+
+
+def test_dynamic_shapes(patterns):
+    torch._dynamo.reset()
+    compiled = torch.compile(patterns.both_branches, backend="eager", fullgraph=True, dynamic=True)
+    for size in (3, 5, 8):
+        for sign in (1, -1):
+            x = sign * torch.arange(float(size))
+            assert bitwise_equal(compiled(x), patterns.both_branches(x))
+
+
+TRACE_TIME_FALLBACKS = """
+import torch
+
+def shapes_differ(x):
+    if x.sum() > 0:
+        y = x[:2]
+    else:
+        y = x
+    return y * 2
+
+def dtypes_differ(x):
+    if x.sum() > 0:
+        y = x.double()
+    else:
+        y = x
+    return y
+
+def python_values_differ(x):
+    if x.sum() > 0:
+        n = 1
+    else:
+        n = 2
+    return x * n
+"""
+
+
+@pytest.mark.parametrize("name", ["shapes_differ", "dtypes_differ", "python_values_differ"])
+def test_unmergeable_branches_keep_the_original_break(load_rewritten, name):
+    module = load_rewritten(TRACE_TIME_FALLBACKS)
+    function = getattr(module, name)
+    for x in (torch.arange(4.0), -torch.arange(4.0)):
+        assert bitwise_equal(compile_and_run(function, x).result, function(x))
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="Data-dependent branching"):
+            compile_and_run(function, x, fullgraph=True)
+
+
+def _findings(source: str):
+    return rewrite(textwrap.dedent(source), "<fixture>", {"predicate"}).findings
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("print(x)\n    y = x", "expression statement"),
+        ("x.add_(1)\n    y = x", "expression statement"),
+        ("y = x\n    y += 1", "augmented assignment"),
+        ("y = x + torch.rand(3)", "torch.rand(), which is not known to be pure"),
+        ("y = helper(x)", "helper(), which is not known to be pure"),
+        ("y = x[index]", "indexes with a value that may be an out-of-range tensor"),
+        ("y = x\n    raise ValueError('no')", "raise"),
+        ("y = x\n    for i in range(2): pass", "loop"),
+    ],
+)
+def test_declined_branches_say_why(body, reason):
+    source = f"""
+import torch
+def f(x, index):
+  y = x
+  if x.sum() > 0:
+    {body}
+  return y
+"""
+    (finding,) = _findings(source)
+    assert finding.decision is Decision.DECLINED
+    assert reason in finding.reason
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            """
+            import torch
+            def f(x):
+                if x.sum() > 0:
+                    fresh = x * 2
+                return fresh
+            """,
+            "fresh is assigned in one branch only",
+        ),
+        (
+            """
+            import torch
+            def f(x):
+                if x.sum() > 0:
+                    return x
+                x = x + 1
+            """,
+            "one branch returns",
+        ),
+        (
+            """
+            def f(x):
+                if x.sum() > 0:
+                    x = x + 1
+                return x
+            """,
+            "does not import torch",
+        ),
+    ],
+)
+def test_declined_sites_say_why(source, reason):
+    (finding,) = _findings(source)
+    assert finding.decision is Decision.DECLINED
+    assert reason in finding.reason
+
+
+def test_python_conditions_are_not_candidates():
+    assert (
+        _findings(
+            """
+            import torch
+            def f(x, training, mask=None):
+                if training and mask is not None:
+                    x = x * 2
+                if x.dim() == 3 and x.shape[0] > 1:
+                    x = x[0]
+                if isinstance(mask, torch.Tensor):
+                    x = x + mask
+                return x
+            """
+        )
+        == ()
+    )
