@@ -1,5 +1,6 @@
-# A small causal LM written the way trust_remote_code models often are:
-# debug output and warnings inside forward.
+# A small causal LM written the way trust_remote_code models often are: debug
+# output and warnings inside forward, input validation that reads tensor values,
+# and a numerical safeguard that branches on them.
 import math
 import warnings
 
@@ -43,7 +44,7 @@ class TinyLMAttention(nn.Module):
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         causal = torch.ones(length, length, dtype=torch.bool, device=scores.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
-        if attention_mask is not None:
+        if attention_mask is not None and (attention_mask == 0).any():
             scores = scores.masked_fill(attention_mask[:, None, None, :] == 0, float("-inf"))
         probs = F.softmax(scores, dim=-1)
         context = (probs @ v).transpose(1, 2).reshape(batch, length, -1)
@@ -55,6 +56,7 @@ class TinyLMBlock(nn.Module):
         super().__init__()
         self.index = index
         self.debug = config.debug_activations
+        self.max_activation = 6e4
         self.norm1 = TinyLMRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.attn = TinyLMAttention(config)
         self.norm2 = TinyLMRMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -64,6 +66,9 @@ class TinyLMBlock(nn.Module):
     def forward(self, hidden_states, attention_mask=None):
         hidden_states = hidden_states + self.attn(self.norm1(hidden_states), attention_mask)
         hidden_states = hidden_states + self.down(F.gelu(self.up(self.norm2(hidden_states))))
+        # keep activations in range when running in half precision
+        if torch.isinf(hidden_states).any() or hidden_states.abs().max() > self.max_activation:
+            hidden_states = torch.clamp(hidden_states, -self.max_activation, self.max_activation)
         if self.debug:
             print(f"[tinylm] block {self.index}: mean={hidden_states.mean():.4f} std={hidden_states.std():.4f}")
         return hidden_states
@@ -91,6 +96,8 @@ class TinyLMModel(TinyLMPreTrainedModel):
     def forward(self, input_ids, attention_mask=None, output_hidden_states=None):
         if output_hidden_states is not None:
             warnings.warn("output_hidden_states is ignored by TinyLM", FutureWarning)
+        if (input_ids < 0).any() or (input_ids >= self.config.vocab_size).any():
+            raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size})")
         hidden_states = self.embed(input_ids)
         logger.info("TinyLM forward: batch=%d length=%d", input_ids.shape[0], input_ids.shape[1])
         for block in self.blocks:

@@ -298,7 +298,9 @@ def _safe_message_value(expr: ast.expr, scopes: ModuleScopes, functions: Sequenc
         return all(_safe_message_value(e, scopes, functions) for e in expr.elts)
     if isinstance(expr, ast.Attribute):
         rooted_at_self = _root_name(expr) == "self" and all(
-            isinstance(node, ast.Attribute | ast.Name) for node in ast.walk(expr)
+            isinstance(node, ast.Attribute | ast.Name)
+            for node in ast.walk(expr)
+            if isinstance(node, ast.expr)
         )
         return rooted_at_self or (
             expr.attr in _SAFE_ATTRIBUTES and _safe_message_value(expr.value, scopes, functions)
