@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from types import ModuleType
 import pytest
 
 import graphmend
-from graphmend.config import Config
+from helpers.modules import import_rewritten
 
 REPO = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
@@ -56,14 +55,12 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..
 
 
 @pytest.fixture
-def load_rewritten(write_module: Callable[..., str], cache_dir: Path) -> Callable[..., ModuleType]:
-    """Write a module, import it through the hook (claimed by name), return it."""
+def load_rewritten(tmp_path: Path) -> Callable[[str], ModuleType]:
+    """Import ``source`` as a fresh, uniquely named module claimed by the hook."""
+    directory = tmp_path / "rewritten"
+    directory.mkdir()
 
-    def load(source: str, **config: object) -> ModuleType:
-        name = write_module(source)
-        settings = Config(packages=(name,), cache_dir=cache_dir, **config)  # type: ignore[arg-type]
-        with graphmend.activation.install_config(settings):
-            __import__(name)
-        return sys.modules[name]
+    def load(source: str) -> ModuleType:
+        return import_rewritten(directory, f"gm_fixture_{os.getpid()}_{next(_counter)}", source)
 
     return load

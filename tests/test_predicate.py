@@ -11,6 +11,7 @@ import torch
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
 from helpers.graphs import compile_and_run
+from helpers.modules import import_rewritten
 
 PATTERNS = """
 import torch
@@ -183,20 +184,7 @@ def bitwise_equal(left, right) -> bool:
 
 @pytest.fixture(scope="module")
 def patterns(tmp_path_factory):
-    import sys
-
-    from graphmend.activation import install_config
-    from graphmend.config import Config
-
-    root = tmp_path_factory.mktemp("patterns")
-    (root / "gm_patterns.py").write_text(textwrap.dedent(PATTERNS))
-    sys.path.insert(0, str(root))
-    try:
-        with install_config(Config(packages=("gm_patterns",), cache_dir=root / "cache")):
-            import gm_patterns
-    finally:
-        sys.path.remove(str(root))
-    return gm_patterns
+    return import_rewritten(tmp_path_factory.mktemp("patterns"), "gm_patterns", PATTERNS)
 
 
 CASES = [(name, index) for name, inputs in INPUTS.items() for index in range(len(inputs))]

@@ -10,6 +10,7 @@ import torch
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
 from helpers.graphs import compile_and_run
+from helpers.modules import import_rewritten
 from helpers.processes import run_python
 
 GUARDS = """
@@ -75,20 +76,7 @@ def _outcome(function, *args):
 
 @pytest.fixture(scope="module")
 def guards(tmp_path_factory):
-    from graphmend.activation import install_config
-    from graphmend.config import Config
-
-    root = tmp_path_factory.mktemp("guards")
-    (root / "gm_guards.py").write_text(textwrap.dedent(GUARDS))
-    import sys
-
-    sys.path.insert(0, str(root))
-    try:
-        with install_config(Config(packages=("gm_guards",), cache_dir=root / "cache")):
-            import gm_guards
-    finally:
-        sys.path.remove(str(root))
-    return gm_guards
+    return import_rewritten(tmp_path_factory.mktemp("guards"), "gm_guards", GUARDS)
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])

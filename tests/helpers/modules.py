@@ -1,0 +1,23 @@
+"""Import fixture source through the GraphMend hook."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+from graphmend.activation import install_config
+from graphmend.config import Config
+
+
+def import_rewritten(directory: Path, name: str, source: str) -> ModuleType:
+    """Write ``source`` as module ``name`` in ``directory`` and import it, claimed by the hook."""
+    (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    sys.path.insert(0, str(directory))
+    try:
+        with install_config(Config(packages=(name,), cache_dir=directory / "cache")):
+            return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(directory))
