@@ -41,7 +41,7 @@ def run_script(path: str, args: list[str], config: Config) -> None:
     )
     sys.modules["__main__"] = main
     sys.argv = [path, *args]
-    if not sys.flags.safe_path:
+    if not getattr(sys.flags, "safe_path", False):  # Python 3.11+: -P
         sys.path[0] = os.path.dirname(absolute)
     _report_uncaught(lambda: exec(code, main.__dict__))
 

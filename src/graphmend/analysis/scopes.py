@@ -224,10 +224,6 @@ class ModuleScopes:
             return Resolution.GLOBAL
         return Resolution.UNKNOWN if self.star_import else Resolution.BUILTIN
 
-    def module_bindings(self, name: str) -> list[Binding]:
-        """Every binding of ``name`` at module level, ``global`` rebinding included."""
-        return list(self._module_bindings.get(name, ()))
-
     def sole_global_binding(self, name: str, enclosing: Sequence[ast.AST]) -> Binding | None:
         """The one module-level binding ``name`` refers to here, if there is exactly one."""
         if self.resolve(name, enclosing) is not Resolution.GLOBAL:

@@ -126,10 +126,6 @@ class Enclosing:
     functions: tuple[ast.AST, ...]
     qualname: str
 
-    @property
-    def name(self) -> str:
-        return self.qualname.rsplit(".", 1)[-1]
-
 
 class FunctionStatementRewriter:
     """Base for rewrites of statements inside function bodies.
