@@ -94,6 +94,17 @@ def fp16_clamp(h):
     return h
 
 
+def two_clamps(h, g):
+    if torch.isinf(h).any():
+        clamp_value = torch.finfo(h.dtype).max - 1000
+        h = torch.clamp(h, min=-clamp_value, max=clamp_value)
+    h = h + g
+    if torch.isinf(h).any():
+        clamp_value = torch.finfo(h.dtype).max - 1000
+        h = torch.clamp(h, min=-clamp_value, max=clamp_value)
+    return h
+
+
 def host_reads(x, limit):
     if x.sum().item() > limit:
         x = x - limit
@@ -163,6 +174,11 @@ INPUTS = {
         (torch.tensor([float("inf"), 1.0]),),
     ],
     "host_reads": [(torch.tensor([0.2, 0.3]), 0.1), (torch.tensor([2.0, 3.0]), 10)],
+    # a temporary assigned in one branch only, dead after each site
+    "two_clamps": [
+        (torch.tensor([float("inf"), 1.0]), torch.ones(2)),
+        (torch.ones(2), torch.tensor([float("inf"), 0.0])),
+    ],
     "module_function": [(torch.arange(3.0),), (-torch.arange(3.0),)],
     "store_by_index": [
         (torch.zeros(2, 3, dtype=torch.long),),

@@ -117,3 +117,77 @@ def names_read(node: ast.AST) -> frozenset[str]:
         for child in ast.walk(node)
         if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)
     )
+
+
+def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
+    """Whether ``name`` may be read after ``site`` before being assigned again.
+
+    Follows the statements that can run next: the rest of the site's block, then
+    of each enclosing block, and a loop's whole body again (its next
+    iteration).  Conservative: a read anywhere in a nested function counts.
+    """
+    path = _path_to(function.body, site)
+    if path is None:
+        return True
+    continuation: list[ast.stmt] = []
+    for owner, block, index in reversed(path):
+        continuation += block[index + 1 :]
+        if isinstance(owner, ast.For | ast.AsyncFor | ast.While) and block is owner.body:
+            continuation += [*owner.body, *owner.orelse]
+    return _read_before_written(continuation, name)
+
+
+def _path_to(
+    body: list[ast.stmt], site: ast.stmt, owner: ast.AST | None = None
+) -> list[tuple[ast.AST | None, list[ast.stmt], int]] | None:
+    """The (owner, block, index) steps from ``body`` down to ``site``."""
+    for index, statement in enumerate(body):
+        if statement is site:
+            return [(owner, body, index)]
+        for block in _blocks(statement):
+            inner = _path_to(block, site, statement)
+            if inner is not None:
+                return [(owner, body, index), *inner]
+    return None
+
+
+def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return []
+    blocks = [
+        getattr(statement, field)
+        for field in ("body", "orelse", "finalbody")
+        if isinstance(getattr(statement, field, None), list)
+    ]
+    blocks += [handler.body for handler in getattr(statement, "handlers", [])]
+    blocks += [case.body for case in getattr(statement, "cases", [])]
+    return blocks
+
+
+def _read_before_written(statements: list[ast.stmt], name: str) -> bool:
+    for statement in statements:
+        if isinstance(statement, ast.If):
+            if name in names_read(statement.test):
+                return True
+            if _read_before_written(statement.body, name) or _read_before_written(
+                statement.orelse, name
+            ):
+                return True
+            if name in assigned_on_every_path(statement.body) & assigned_on_every_path(
+                statement.orelse
+            ):
+                return False
+        elif _blocks(statement) or isinstance(
+            statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+        ):
+            if name in names_read(statement):
+                return True  # loops, with, try, nested scopes: any read counts
+        else:
+            targets = assigned_by(statement)
+            if name in names_read(statement) and not (
+                isinstance(statement, ast.Assign) and name not in names_read(statement.value)
+            ):
+                return True
+            if name in targets:
+                return False
+    return False

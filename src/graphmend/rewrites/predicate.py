@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from graphmend.analysis.bindings import (
     assigned_on_every_path,
     bound_before,
+    live_after,
     names_read,
     stored_names,
 )
@@ -264,10 +265,7 @@ class _Site:
         """The locals the site binds that are used after it, each bound on every path."""
         assigned = _assigned_names(self.then_arm) | _assigned_names(self.else_arm)
         function = self.rewriter.enclosing.functions[-1]
-        read_elsewhere = _names_read_outside(function, self.statement)
-        if self.nested:
-            # Inside a branch function every assigned name may be returned by it.
-            read_elsewhere = read_elsewhere | assigned
+        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
         outputs = []
         for name in sorted(assigned):
             everywhere = name in assigned_on_every_path(self.then_arm) and name in (
@@ -275,9 +273,11 @@ class _Site:
             )
             if everywhere or name in self.bound:
                 outputs.append(name)
-            elif name in read_elsewhere:
+            elif self.nested or live_after(function, self.statement, name):
+                # (inside a branch function, every assigned name may be returned by it)
                 raise Decline(
-                    f"{name} is assigned in one branch only and may be unbound before the if"
+                    f"{name} is assigned in one branch only, may be unbound before the if, "
+                    "and is used after it"
                 )
         return outputs
 
@@ -671,20 +671,6 @@ def _assigned_names(arm: Sequence[ast.stmt]) -> set[str]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
     return names
-
-
-def _names_read_outside(function: ast.AST, site: ast.stmt) -> frozenset[str]:
-    """Names loaded anywhere in ``function`` except inside ``site``."""
-    read: set[str] = set()
-    pending: list[ast.AST] = [function]
-    while pending:
-        node = pending.pop()
-        if node is site:
-            continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            read.add(node.id)
-        pending.extend(ast.iter_child_nodes(node))
-    return frozenset(read)
 
 
 def _expressions_in_scope(statement: ast.stmt) -> list[ast.AST]:
