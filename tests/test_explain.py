@@ -313,18 +313,21 @@ def test_diff_shows_the_injected_code_and_only_the_changed_functions(write_modul
     torch_line = _line_of(MODULE, "import torch")
     forward_line = _line_of(MODULE, "def forward")
     assert headers == [
+        f"--- {path}\tmodule level, first statement (original)",
+        f"+++ {path}\tmodule level, first statement (rewritten)",
         f"--- {path}\tmodule level, after line {torch_line} (original)",
         f"+++ {path}\tmodule level, after line {torch_line} (rewritten)",
         f"--- {path}\tBlock.forward, line {forward_line} (original)",
         f"+++ {path}\tBlock.forward, line {forward_line} (rewritten)",
     ]
     added = [line[1:] for line in out.splitlines() if line.startswith("+") and line[1:2] != "+"]
-    assert added[:3] == [
+    assert added[:4] == [
+        "@gm_tracing = bool",
         "import graphmend.runtime as @gm_rt",
         "@gm_tracing = @gm_rt.tracing",
         "@@gm_rt.deferred('Block.forward')",
     ]
-    assert "    logger.warning('scaling %s', @gm_p0)" in added
+    assert any(re.fullmatch(r"    logger.warning\('scaling %s', gm_p\d+_\)", a) for a in added)
     assert "    if @gm_tracing():" in added
     removed = [line for line in out.splitlines() if line.startswith("-") and line[1:2] != "-"]
     assert removed == ["-    logger.warning('scaling %s', x)"]
@@ -338,22 +341,25 @@ def test_diff_json_gives_each_function_before_and_after(write_module, capsys):
     assert status == 0
     records = json.loads(out)
     assert [(r["module"], r["file"], r["function"]) for r in records] == [
+        (name, str(path), "<module top>"),
         (name, str(path), "<module>"),
         (name, str(path), "Block.forward"),
     ]
-    forward = records[1]
+    forward = records[2]
     assert forward["lineno"] == _line_of(MODULE, "def forward")
     original = ast.parse(textwrap.dedent(MODULE)).body[4].body[0]
     assert forward["original"] == ast.unparse(original)
     assert "if @gm_tracing():" in forward["rewritten"]
-    assert records[0]["original"] == "import torch"
+    assert records[1]["original"] == "import torch"
+    assert (records[0]["original"], records[0]["rewritten"]) == ("", "@gm_tracing = bool")
 
 
 def test_diff_of_nested_functions_shows_the_outer_one_once(write_module, capsys):
     name = write_module(NESTED)
     status, out, _ = _run(capsys, "diff", "--json", name)
     assert status == 0
-    assert [record["function"] for record in json.loads(out)] == ["<module>", "outer"]
+    functions = [record["function"] for record in json.loads(out)]
+    assert functions == ["<module top>", "<module>", "outer"]
 
 
 def test_diff_says_so_when_nothing_was_rewritten(write_module, capsys):

@@ -200,7 +200,7 @@ def _findings(source: str):
                 if (x < 0).any():
                     raise ValueError(f"bad {x.shape[3]}")
             """,
-            "could fail if computed before the guard fires",
+            "could fail or change if computed before the guard fires",
         ),
         (
             """

@@ -16,9 +16,10 @@ from dataclasses import asdict, dataclass
 
 from graphmend.explain import Batch, ModuleReport
 from graphmend.pipeline import parse
-from graphmend.rewrites.common import is_generated
+from graphmend.rewrites.common import RUNTIME, is_generated
 
 MODULE_LEVEL = "<module>"
+MODULE_TOP = "<module top>"
 
 _Definition = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -36,11 +37,10 @@ class FunctionDiff:
 
     def unified(self, context: int) -> list[str]:
         """The unified diff, its headers naming the file, the function and its line."""
-        where = (
-            f"module level, after line {self.lineno}"
-            if self.function == MODULE_LEVEL
-            else f"{self.function}, line {self.lineno}"
-        )
+        where = {
+            MODULE_LEVEL: f"module level, after line {self.lineno}",
+            MODULE_TOP: "module level, first statement",
+        }.get(self.function, f"{self.function}, line {self.lineno}")
         return list(
             difflib.unified_diff(
                 self.original.splitlines(),
@@ -61,7 +61,7 @@ def module_diffs(report: ModuleReport) -> list[FunctionDiff]:
         return []
     original = parse(report.source, str(report.path))
     rewritten_defs = _definitions(report.result.tree)
-    diffs = [_injected(report, original)]
+    diffs = _injected(report)
     for key, node in _changed_functions(report, original):
         diffs.append(
             FunctionDiff(
@@ -119,21 +119,52 @@ def _contains(outer: ast.stmt, inner: ast.stmt) -> bool:
     return _spans(outer, inner.lineno) and _spans(outer, inner.end_lineno or inner.lineno)
 
 
-def _injected(report: ModuleReport, original: ast.Module) -> FunctionDiff:
-    """The statement the injected code follows, alone and then with the injected code."""
-    body = report.result.tree.body
-    first = next(index for index, statement in enumerate(body) if is_generated(statement))
-    anchor = original.body[first - 1]
-    injected = [statement for statement in body if is_generated(statement)]
+def _injected(report: ModuleReport) -> list[FunctionDiff]:
+    """The code GraphMend adds at module level: the tracing check bound first, at the top
+    (``@gm_tracing = bool``), and after the module's torch import, the runtime and the
+    generated functions."""
+    tree = report.result.tree
+    block, index = _runtime_import(tree)
+    anchor = block[index - 1]
+    injected = []
+    for statement in block[index:]:
+        if not is_generated(statement):
+            break
+        injected.append(statement)
     anchor_text = ast.unparse(anchor)
-    return FunctionDiff(
-        report.name,
-        str(report.path),
-        MODULE_LEVEL,
-        anchor.lineno,
-        anchor_text,
-        "\n".join([anchor_text, *(ast.unparse(statement) for statement in injected)]),
-    )
+    top = tree.body[_first_generated(tree.body)]
+    return [
+        FunctionDiff(report.name, str(report.path), MODULE_TOP, top.lineno, "", ast.unparse(top)),
+        FunctionDiff(
+            report.name,
+            str(report.path),
+            MODULE_LEVEL,
+            anchor.lineno,
+            anchor_text,
+            "\n".join([anchor_text, *(ast.unparse(statement) for statement in injected)]),
+        ),
+    ]
+
+
+def _runtime_import(tree: ast.Module) -> tuple[list[ast.stmt], int]:
+    """The block holding ``import graphmend.runtime as @gm_rt``, and its index there."""
+    blocks = [tree.body] + [
+        block
+        for statement in tree.body
+        if isinstance(statement, ast.If | ast.Try)
+        for block in (statement.body, statement.orelse)
+    ]
+    for block in blocks:
+        for index, statement in enumerate(block):
+            if isinstance(statement, ast.Import) and any(
+                alias.asname == RUNTIME for alias in statement.names
+            ):
+                return block, index
+    raise ValueError("no runtime import in a rewritten module")
+
+
+def _first_generated(body: list[ast.stmt]) -> int:
+    return next(index for index, statement in enumerate(body) if is_generated(statement))
 
 
 def diff(

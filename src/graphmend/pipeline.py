@@ -87,20 +87,29 @@ class _TorchImport:
 
     block: list[ast.stmt]
     statement: ast.stmt
-    conditional: bool  # inside a top-level `if` or `try` (`if is_torch_available(): import torch`)
 
 
 def _first_torch_import(tree: ast.Module) -> _TorchImport | None:
-    """The module's first torch import, at top level or one ``if``/``try`` deep."""
+    """The module's first unconditional torch import, else its first one an ``if``/``try``
+    deep (``if is_torch_available(): import torch``; never under ``if TYPE_CHECKING:``)."""
     for statement in tree.body:
         if _imports_torch(statement):
-            return _TorchImport(tree.body, statement, conditional=False)
-        if isinstance(statement, ast.If | ast.Try):
+            return _TorchImport(tree.body, statement)
+    for statement in tree.body:
+        if isinstance(statement, ast.If | ast.Try) and not _is_type_checking(statement):
             for block in (statement.body, statement.orelse):
                 for inner in block:
                     if _imports_torch(inner):
-                        return _TorchImport(block, inner, conditional=True)
+                        return _TorchImport(block, inner)
     return None
+
+
+def _is_type_checking(statement: ast.stmt) -> bool:
+    if not isinstance(statement, ast.If):
+        return False
+    test = statement.test
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
+    return name == "TYPE_CHECKING"
 
 
 def _insert_prelude(
@@ -109,9 +118,10 @@ def _insert_prelude(
     """Bind the runtime right after the module's own torch import, then the generated code.
 
     Placing it there keeps the module's import order: torch is imported where
-    the module imports it, not earlier.  When that import is conditional, the
-    module first binds the tracing check to ``bool`` (so ``@gm_tracing()`` is
-    False): without torch nothing in it can be traced.
+    the module imports it, not earlier.  Before anything else the module binds
+    the tracing check to ``bool`` (so ``@gm_tracing()`` is False): code that runs
+    before the torch import, or when a conditional one is skipped, cannot be
+    traced anyway.
     """
     after = torch_import.statement
     prelude: list[ast.stmt] = [
@@ -125,9 +135,8 @@ def _insert_prelude(
         mark_generated(locate(statement, after))
     index = torch_import.block.index(after) + 1
     torch_import.block[index:index] = prelude + generated
-    if torch_import.conditional:
-        default = ast.Assign(targets=[store(TRACING)], value=load("bool"))
-        tree.body.insert(_after_future_imports(tree), mark_generated(locate(default, after)))
+    default = ast.Assign(targets=[store(TRACING)], value=load("bool"))
+    tree.body.insert(_after_future_imports(tree), mark_generated(locate(default, after)))
 
 
 def _after_future_imports(tree: ast.Module) -> int:

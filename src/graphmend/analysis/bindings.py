@@ -123,18 +123,74 @@ def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     """Whether ``name`` may be read after ``site`` before being assigned again.
 
     Follows the statements that can run next: the rest of the site's block, then
-    of each enclosing block, and a loop's whole body again (its next
-    iteration).  Conservative: a read anywhere in a nested function counts.
+    of each enclosing block, a loop's whole body again (its next iteration) and
+    the handlers and ``finally`` of an enclosing ``try``.  Conservative: a read
+    in any nested function or lambda of ``function`` counts (it may run later).
     """
+    if any(name in names_read(inner) for inner in _nested_scopes(function)):
+        return True
+    continuation = _continuation(function, site)
+    return continuation is None or _read_before_written(continuation, name)
+
+
+def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
+    """Whether the object ``name`` holds may be updated in place after ``site``
+    (``name += ...``, ``name[...] = ...``, ``name.add_(...)``, ``out=name``)."""
+    continuation = _continuation(function, site)
+    if continuation is None:
+        return True
+    for statement in continuation:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.AugAssign) and name in stored_names(node.target):
+                return True
+            if (
+                isinstance(node, ast.Subscript | ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and _is_name(node.value, name)
+            ):
+                return True
+            if isinstance(node, ast.Call):
+                func = node.func
+                if (
+                    isinstance(func, ast.Attribute)
+                    and func.attr.endswith("_")
+                    and not func.attr.startswith("__")
+                    and _is_name(func.value, name)
+                ):
+                    return True
+                if any(k.arg == "out" and _is_name(k.value, name) for k in node.keywords):
+                    return True
+    return False
+
+
+def _is_name(expr: ast.expr, name: str) -> bool:
+    return isinstance(expr, ast.Name) and expr.id == name
+
+
+def _nested_scopes(function: FunctionNode) -> list[ast.AST]:
+    return [
+        node
+        for node in ast.walk(function)
+        if node is not function
+        and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef)
+    ]
+
+
+def _continuation(function: FunctionNode, site: ast.stmt) -> list[ast.stmt] | None:
+    """The statements that may run after ``site``, in order (see :func:`live_after`)."""
     path = _path_to(function.body, site)
     if path is None:
-        return True
+        return None
     continuation: list[ast.stmt] = []
     for owner, block, index in reversed(path):
         continuation += block[index + 1 :]
         if isinstance(owner, ast.For | ast.AsyncFor | ast.While) and block is owner.body:
             continuation += [*owner.body, *owner.orelse]
-    return _read_before_written(continuation, name)
+        if isinstance(owner, ast.Try):
+            if block is owner.body:
+                continuation += [s for handler in owner.handlers for s in handler.body]
+            continuation += owner.finalbody
+    return continuation
 
 
 def _path_to(
@@ -164,6 +220,13 @@ def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
     return blocks
 
 
+def _reads(statement: ast.stmt, name: str) -> bool:
+    """Whether a simple statement reads ``name`` (``name += 1`` and ``name[0] = 1`` do)."""
+    if name in names_read(statement):
+        return True
+    return isinstance(statement, ast.AugAssign) and name in stored_names(statement.target)
+
+
 def _read_before_written(statements: list[ast.stmt], name: str) -> bool:
     for statement in statements:
         if isinstance(statement, ast.If):
@@ -180,14 +243,14 @@ def _read_before_written(statements: list[ast.stmt], name: str) -> bool:
         elif _blocks(statement) or isinstance(
             statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
         ):
-            if name in names_read(statement):
+            if name in names_read(statement) or any(
+                isinstance(node, ast.AugAssign) and name in stored_names(node.target)
+                for node in ast.walk(statement)
+            ):
                 return True  # loops, with, try, nested scopes: any read counts
         else:
-            targets = assigned_by(statement)
-            if name in names_read(statement) and not (
-                isinstance(statement, ast.Assign) and name not in names_read(statement.value)
-            ):
+            if _reads(statement, name):
                 return True
-            if name in targets:
+            if name in assigned_by(statement):
                 return False
     return False

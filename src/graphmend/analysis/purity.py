@@ -1,12 +1,12 @@
-"""Which expressions are free of side effects, and which may hold tensor data.
+"""Which calls are pure, and which expressions may hold tensor data.
 
-A rewrite that evaluates an expression ahead of time (an ``elif`` condition,
-the right side of ``and``, a branch that is predicated) may do so only when
-the expression is *pure*: it stores nothing, calls only functions known to be
-side-effect free and deterministic (no in-place updates, no random numbers),
-and binds no names.  Calls are recognised by what the source proves they are
-(``torch.isnan`` through an ``import torch``) or, for methods, by name, since
-the receiver's type is known only at trace time.
+The tables list the torch functions, tensor methods and builtins that return
+a new value and change nothing (no in-place update, no random numbers); the
+speculation checker builds on them.  Calls are recognised by what the source
+proves they are (``torch.isnan`` through an ``import torch``) or, for methods,
+by name, since the receiver's type is known only at trace time.  The rest of
+the module decides which conditions are candidate sites: those that may need
+tensor data rather than metadata known at trace time.
 """
 
 from __future__ import annotations
@@ -104,43 +104,6 @@ def is_host_conversion(call: ast.Call, scopes: ModuleScopes, functions: Sequence
         return call.func.attr in HOST_CONVERSION_METHODS and not call.args and not call.keywords
     name = qualified_name(call.func, scopes, functions)
     return name in _HOST_CONVERSION_NAMES and len(call.args) == 1 and not call.keywords
-
-
-class PurityChecker:
-    """Finds the first part of an expression that is not pure, if any."""
-
-    def __init__(self, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> None:
-        self.scopes = scopes
-        self.functions = functions
-
-    def impure_part(self, expr: ast.expr) -> str | None:
-        """A description of the first impure sub-expression, or ``None`` if pure."""
-        for node in ast.walk(expr):
-            if isinstance(node, ast.NamedExpr):
-                return "it assigns a name (:=)"
-            if isinstance(node, ast.Await | ast.Yield | ast.YieldFrom):
-                return "it suspends (await/yield)"
-            if isinstance(node, ast.Call) and not self._is_pure_call(node):
-                return f"it calls {ast.unparse(node.func)}(), which is not known to be pure"
-        return None
-
-    def _is_pure_call(self, call: ast.Call) -> bool:
-        if isinstance(call.func, ast.Attribute) and call.func.attr in PURE_TENSOR_METHODS:
-            # A method by name: the receiver is only known at trace time, but
-            # an in-place or random method never has one of these names.
-            return self.qualified(call.func) is None or self._is_pure_function(call.func)
-        return self._is_pure_function(call.func)
-
-    def _is_pure_function(self, func: ast.expr) -> bool:
-        name = self.qualified(func)
-        if name is None:
-            return False
-        if name.startswith("builtins."):
-            return name.removeprefix("builtins.") in PURE_BUILTINS
-        return name in PURE_TORCH_FUNCTIONS
-
-    def qualified(self, func: ast.expr) -> str | None:
-        return qualified_name(func, self.scopes, self.functions)
 
 
 def may_hold_tensor_data(

@@ -188,6 +188,7 @@ class ModuleScopes:
     """Scope facts for one module, computed once and shared by the rewrites."""
 
     def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
         module = _collect(tree.body)
         self.star_import = module.star_import
         self._module_bindings = module.bindings

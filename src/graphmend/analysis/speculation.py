@@ -1,11 +1,11 @@
 """Can a branch be evaluated although it may not be taken?
 
 Predication evaluates both branches of an ``if`` (or the taken one, under
-``torch.cond``), so every branch must be free of observable side effects,
-must not fail where the original would not have run it, and, when gradients
-flow, must not produce infinities whose zero-weighted gradient still poisons
-the result.  This module checks branches statically and reports what the
-runtime must still check: the types of the submodules a branch calls.
+``torch.cond``), so every branch must be free of observable side effects and
+must not fail where the original would not have run it.  This module checks
+branches statically and reports what the runtime must still check (the types
+of the submodules a branch calls) and what the choice of ``torch.where`` or
+``torch.cond`` depends on (whether a branch is costly).
 """
 
 from __future__ import annotations
@@ -31,18 +31,10 @@ _EXPENSIVE_FUNCTIONS = frozenset(
 )
 _EXPENSIVE_METHODS = frozenset({"matmul", "mm", "bmm"})
 
-#: Calls whose derivative is finite everywhere: a zero-weighted gradient stays zero.
-_GRAD_SAFE_NAMES = frozenset(
-    """
-    abs amax amin bfloat16 bmm cat clamp clip clone contiguous detach double einsum elu expand
-    expand_as flatten float full full_like gelu half layer_norm leaky_relu linear long
-    masked_fill matmul max maximum mean min minimum mm neg new_full new_ones new_zeros ones
-    ones_like permute relu relu6 reshape reshape_as rms_norm round sigmoid sign silu size
-    softmax squeeze stack sum t tanh tensor to transpose tril triu trunc type_as unsqueeze view
-    view_as where zeros zeros_like arange numel dim finfo iinfo is_floating_point
-    """.split()
+#: Methods that convert in place when the receiver is an ``nn.Module``.
+_MODULE_CONVERSIONS = frozenset(
+    "to float double half bfloat16 cpu cuda type int long bool short char byte".split()
 )
-_GRAD_SAFE_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.BitAnd, ast.BitOr, ast.BitXor)
 
 
 @dataclass
@@ -51,7 +43,6 @@ class BranchFacts:
 
     problem: str | None = None
     expensive: bool = False
-    grad_safe: bool = True
     modules: list[ast.expr] = field(default_factory=list)
 
     def refuse(self, problem: str) -> None:
@@ -95,15 +86,6 @@ class SpeculationChecker:
     def _operator(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult):
             self.facts.expensive = True
-        if isinstance(node.op, _GRAD_SAFE_OPERATORS):
-            return
-        if isinstance(node.op, ast.Div) and _is_number(node.right):
-            return
-        if isinstance(node.op, ast.Pow) and _is_number(node.right, integer=True):
-            return
-        if isinstance(node.op, ast.MatMult):
-            return
-        self.facts.grad_safe = False
 
     def _call(self, call: ast.Call) -> None:
         if any(isinstance(arg, ast.Starred) for arg in call.args) or any(
@@ -117,12 +99,23 @@ class SpeculationChecker:
             self._known_function(name, func)
             return
         if isinstance(func, ast.Attribute) and func.attr in PURE_TENSOR_METHODS:
-            self._note_cost(func.attr, func.attr in _EXPENSIVE_METHODS)
+            if func.attr in _MODULE_CONVERSIONS and isinstance(func.value, ast.Attribute):
+                self.facts.refuse(
+                    f"it calls {ast.unparse(func)}(), which converts a module in place if "
+                    f"{ast.unparse(func.value)} is one"
+                )
+            self._note_cost(func.attr in _EXPENSIVE_METHODS)
             return
         if isinstance(func, ast.Name):
             self._module_function(func)
             return
         if isinstance(func, ast.Attribute) and _is_attribute_chain(func):
+            if self._checking:
+                self.facts.refuse(
+                    f"a function it calls calls {ast.unparse(func)}(), a submodule that "
+                    "cannot be checked from here"
+                )
+                return
             # self.proj(x): a submodule, whose type is checked while tracing.
             self.facts.modules.append(func)
             self.facts.expensive = True
@@ -138,12 +131,10 @@ class SpeculationChecker:
         if name not in PURE_TORCH_FUNCTIONS and name not in _EXPENSIVE_FUNCTIONS:
             self.facts.refuse(f"it calls {ast.unparse(func)}(), which is not known to be pure")
             return
-        self._note_cost(name.rsplit(".", 1)[-1], name in _EXPENSIVE_FUNCTIONS)
+        self._note_cost(name in _EXPENSIVE_FUNCTIONS)
 
-    def _note_cost(self, short_name: str, expensive: bool) -> None:
+    def _note_cost(self, expensive: bool) -> None:
         self.facts.expensive |= expensive
-        if short_name not in _GRAD_SAFE_NAMES:
-            self.facts.grad_safe = False
 
     def _module_function(self, func: ast.Name) -> None:
         """A function of this module: pure if its body is (checked once, recursively)."""
@@ -186,6 +177,17 @@ class SpeculationChecker:
             )
 
 
+def speculation_problem(
+    expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> str | None:
+    """Why ``expr`` cannot be evaluated ahead of time on its own (``None``: it can)."""
+    checker = SpeculationChecker(scopes, functions)
+    checker.expression(expr)
+    if checker.facts.problem is None and checker.facts.modules:
+        return f"it calls {ast.unparse(checker.facts.modules[0])}(), a submodule"
+    return checker.facts.problem
+
+
 def _is_attribute_chain(expr: ast.expr) -> bool:
     while isinstance(expr, ast.Attribute):
         expr = expr.value
@@ -198,16 +200,6 @@ def _is_name_target(target: ast.expr) -> bool:
     return isinstance(target, ast.Tuple | ast.List) and all(
         _is_name_target(element) for element in target.elts
     )
-
-
-def _is_number(expr: ast.expr, integer: bool = False) -> bool:
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
-        return not integer and _is_number(expr.operand)
-    if not isinstance(expr, ast.Constant) or isinstance(expr.value, bool):
-        return False
-    if integer:
-        return isinstance(expr.value, int) and expr.value >= 1
-    return isinstance(expr.value, int | float) and expr.value != 0
 
 
 def _is_basic_index(index: ast.expr) -> bool:

@@ -8,11 +8,13 @@ TorchDynamo traces them like any other global or local.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from graphmend.analysis.purity import may_hold_tensor_data, tensor_valued_names
-from graphmend.analysis.scopes import ModuleScopes
+from graphmend.analysis.bindings import bound_before, names_read
+from graphmend.analysis.purity import may_hold_tensor_data, qualified_name, tensor_valued_names
+from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.findings import Decision, Finding, site_source
 
 PREFIX = "@gm_"
@@ -102,6 +104,7 @@ class ModuleContext:
     module_level: list[ast.stmt] = field(default_factory=list)
     _counter: int = 0
     _tensor_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
+    _source_names: frozenset[str] | None = None
 
     def tensor_names(self, function: ast.AST, functions: tuple[ast.AST, ...]) -> frozenset[str]:
         """Locals of ``function`` computed from tensor operations (computed once)."""
@@ -110,13 +113,43 @@ class ModuleContext:
         return self._tensor_names[function]
 
     def fresh_name(self, role: str) -> str:
-        """A new injected name, unique in this module."""
+        """A new injected name, unique in this module (not valid in source)."""
         self._counter += 1
         return f"{PREFIX}{role}{self._counter}"
+
+    def fresh_identifier(self, role: str) -> str:
+        """A new valid identifier that no name of the module's source uses.
+
+        For generated function parameters: TorchDynamo binds arguments with
+        ``inspect.signature``, which accepts only identifiers.
+        """
+        if self._source_names is None:
+            self._source_names = _identifiers(self.scopes.tree)
+        while True:
+            self._counter += 1
+            name = f"gm_{role}{self._counter}_"
+            if name not in self._source_names:
+                return name
 
     @property
     def changed(self) -> bool:
         return any(finding.rewritten for finding in self.findings)
+
+
+def _identifiers(tree: ast.AST) -> frozenset[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".", 1)[0])
+    return frozenset(names)
 
 
 @dataclass(frozen=True)
@@ -143,6 +176,7 @@ class FunctionStatementRewriter:
     def __init__(self, module: ModuleContext) -> None:
         self.module = module
         self._scopes: list[tuple[str, ast.AST | None]] = []
+        self._catching = 0
 
     def run(self, tree: ast.Module) -> None:
         tree.body = self._rewrite_block(tree.body, in_function=False)
@@ -168,6 +202,24 @@ class FunctionStatementRewriter:
             "the module does not import torch at top level, so no code in it is traced",
         )
         return True
+
+    def local_reads(self, nodes: Iterable[ast.AST]) -> set[str]:
+        """Names read in ``nodes`` that are locals of the enclosing functions."""
+        functions = self.enclosing.functions
+        return {
+            name
+            for node in nodes
+            for name in names_read(node)
+            if self.module.scopes.resolve(name, functions) is Resolution.LOCAL
+        }
+
+    def bound_at(self, statement: ast.stmt) -> frozenset[str]:
+        function = self.enclosing.functions[-1]
+        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        try:
+            return bound_before(function, statement)
+        except ValueError:
+            return frozenset()  # the statement was moved by an earlier rewrite
 
     def may_hold_tensor_data(self, condition: ast.expr) -> bool:
         """Whether a condition here may need tensor data (a candidate site)."""
@@ -207,7 +259,9 @@ class FunctionStatementRewriter:
             if isinstance(statement, ast.FunctionDef | ast.ClassDef):
                 function = statement if isinstance(statement, ast.FunctionDef) else None
                 self._scopes.append((statement.name, function))
+                catching, self._catching = self._catching, 0  # a new frame
                 statement.body = self._rewrite_block(statement.body, function is not None)
+                self._catching = catching
                 self._scopes.pop()
                 rewritten.append(statement)
             elif isinstance(statement, ast.AsyncFunctionDef) or is_generated(statement):
@@ -238,6 +292,31 @@ class FunctionStatementRewriter:
         for field_name in ("body", "orelse", "finalbody"):
             block = getattr(statement, field_name, None)
             if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                setattr(statement, field_name, self._rewrite_block(block, in_function))
+                catching = field_name == "body" and self._catches(statement)
+                self._catching += catching
+                try:
+                    setattr(statement, field_name, self._rewrite_block(block, in_function))
+                finally:
+                    self._catching -= catching
         for holder in [*getattr(statement, "handlers", []), *getattr(statement, "cases", [])]:
             holder.body = self._rewrite_block(holder.body, in_function)
+
+    @property
+    def may_catch(self) -> bool:
+        """Whether the statement being rewritten sits where this function may catch what it
+        raises (a ``try`` body, or a ``with`` whose manager could swallow exceptions)."""
+        return self._catching > 0
+
+    def _catches(self, statement: ast.stmt) -> bool:
+        if isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
+            return True
+        if not isinstance(statement, ast.With | ast.AsyncWith):
+            return False
+        functions = self.enclosing.functions
+        return not all(
+            isinstance(item.context_expr, ast.Call)
+            and (
+                qualified_name(item.context_expr.func, self.module.scopes, functions) or ""
+            ).startswith("torch.")
+            for item in statement.items
+        )

@@ -20,8 +20,9 @@ import ast
 import copy
 from collections.abc import Callable, Sequence
 
-from graphmend.analysis.purity import PurityChecker, is_host_conversion, qualified_name
+from graphmend.analysis.purity import is_host_conversion, qualified_name
 from graphmend.analysis.scopes import ModuleScopes
+from graphmend.analysis.speculation import speculation_problem
 from graphmend.rewrites.common import load, runtime_call, store
 
 _COMPARISON_SYMBOLS: dict[type[ast.cmpop], str] = {
@@ -48,7 +49,6 @@ class ConditionTranslator:
         self.scopes = scopes
         self.functions = functions
         self.fresh_name = fresh_name
-        self.purity = PurityChecker(scopes, functions)
         self.prelude: list[ast.stmt] = []
 
     def translate(self, condition: ast.expr) -> tuple[list[ast.stmt], ast.expr]:
@@ -104,7 +104,7 @@ class ConditionTranslator:
             body=[*rest_prelude, ast.Assign(targets=[store(result)], value=rest_value)],
             orelse=[],
         )
-        if self.purity.impure_part(rest_node) is not None:
+        if speculation_problem(rest_node, self.scopes, self.functions) is not None:
             self.prelude.append(python_path)
             return load(result)
         combined = runtime_call(

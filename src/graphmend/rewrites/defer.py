@@ -12,8 +12,8 @@ plus, at module level, one plain function per site that makes the original
 call from the values it is given::
 
     @@gm_rt.deferred('Block.forward')
-    def @gm_defer3(@gm_p0):
-        logger.warning_once(f"mean {@gm_rt.render(@gm_p0, -1, '')}", stacklevel=1)
+    def @gm_defer3(gm_p4_):
+        logger.warning_once(f"mean {@gm_rt.render(gm_p4_, -1, '')}", stacklevel=1)
 
 TorchDynamo reorders calls to registered plain functions to after the graph
 (``config.reorderable_logging_functions``); it refuses bound methods and drops
@@ -92,6 +92,14 @@ class DeferRewrite(FunctionStatementRewriter):
             return statement
         if self.declined_without_torch(statement):
             return statement
+        if self.may_catch:
+            self.record(
+                statement,
+                Decision.DECLINED,
+                "inside a try (or a with) of this function, whose handlers would no longer "
+                "see the call's exceptions after the graph",
+            )
+            return statement
         try:
             plan = _Planner(self, found, statement.value).plan()
         except Decline as reason:
@@ -169,6 +177,8 @@ class _Planner:
         self.found = found
         self.call = call
         self.values: list[_Value] = []
+        self.parameters: list[str] = []
+        self.fresh_identifier = rewriter.module.fresh_identifier
 
     def plan(self) -> _Plan:
         call = self.call
@@ -179,8 +189,9 @@ class _Planner:
         self._check_keywords()
         argument_helper = "print_arg" if self.found.kind is OutputKind.PRINT else "carry"
         args = [self._lift(arg, argument_helper) for arg in call.args]
+        # keyword values (file=, sep=, stacklevel=...) are passed on, never printed
         keywords = [
-            ast.keyword(arg=keyword.arg, value=self._lift(keyword.value, argument_helper))
+            ast.keyword(arg=keyword.arg, value=self._lift(keyword.value, "carry"))
             for keyword in call.keywords
         ]
         return _Plan(
@@ -188,7 +199,7 @@ class _Planner:
             args=args,
             keywords=keywords,
             values=self.values,
-            parameters=[f"@gm_p{index}" for index in range(len(self.values))],
+            parameters=self.parameters,
         )
 
     def _check_keywords(self) -> None:
@@ -216,7 +227,8 @@ class _Planner:
 
     def _parameter(self, value: _Value) -> ast.Name:
         self.values.append(value)
-        return load(f"@gm_p{len(self.values) - 1}")
+        self.parameters.append(self.fresh_identifier("p"))
+        return load(self.parameters[-1])
 
     def _lift(self, expr: ast.expr, helper: str) -> ast.expr:
         """The expression the deferred function uses in place of ``expr``."""
@@ -227,6 +239,8 @@ class _Planner:
         if _is_percent_format(expr):
             assert isinstance(expr, ast.BinOp)
             right = expr.right
+            if isinstance(right, ast.Tuple) and any(isinstance(e, ast.Starred) for e in right.elts):
+                raise Decline("*args in a %-format cannot be carried out of the graph")
             operands = (
                 ast.Tuple(elts=[self._lift_operand(e) for e in right.elts], ctx=ast.Load())
                 if isinstance(right, ast.Tuple)

@@ -34,19 +34,17 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import (
     assigned_on_every_path,
-    bound_before,
     live_after,
     names_read,
     stored_names,
+    used_in_place_after,
 )
-from graphmend.analysis.purity import PurityChecker
-from graphmend.analysis.scopes import Resolution
-from graphmend.analysis.speculation import BranchFacts, SpeculationChecker
+from graphmend.analysis.speculation import BranchFacts, SpeculationChecker, speculation_problem
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     FunctionStatementRewriter,
@@ -68,6 +66,7 @@ class Decline(Exception):
 class _Slots:
     """Stores into tensors a branch makes, merged and written back in place."""
 
+    fresh_identifier: Callable[[str], str]  # names the slot locals
     # slot name -> (the stored attribute, its buffer persistence or None for a plain store)
     attributes: dict[str, tuple[ast.Attribute, bool | None]] = field(default_factory=dict)
     items: list[str] = field(default_factory=list)  # local tensors stored into by index
@@ -79,7 +78,7 @@ class _Slots:
                 if existing_persistent != persistent:
                     raise Decline(f"{ast.unparse(target)} is stored both as a buffer and not")
                 return slot
-        slot = f"@gm_store{len(self.attributes)}"
+        slot = self.fresh_identifier("store")
         self.attributes[slot] = (target, persistent)
         return slot
 
@@ -92,6 +91,24 @@ class _Slots:
             ast.Constant(attribute.attr),
             ast.Constant(persistent),
         )
+
+
+@dataclass
+class _ArmState:
+    """What a branch has done so far, while its statements are transformed."""
+
+    assigned: set[str] = field(default_factory=set)  # local names bound
+    stored: set[str] = field(default_factory=set)  # attributes stored into (source text)
+    indexed: set[str] = field(default_factory=set)  # locals stored into by index
+    slots: set[str] = field(default_factory=set)  # slot locals and indexed names written
+
+    def copy(self) -> _ArmState:
+        return _ArmState(set(self.assigned), set(self.stored), set(self.indexed), set(self.slots))
+
+    def absorb(self, other: _ArmState) -> None:
+        self.stored |= other.stored
+        self.indexed |= other.indexed
+        self.slots |= other.slots
 
 
 class PredicateRewrite(FunctionStatementRewriter):
@@ -182,24 +199,6 @@ class PredicateRewrite(FunctionStatementRewriter):
         )
         return translator.translate(condition)
 
-    def local_reads(self, nodes: Iterable[ast.AST]) -> set[str]:
-        """Names read in ``nodes`` that are locals of the enclosing functions."""
-        functions = self.enclosing.functions
-        return {
-            name
-            for node in nodes
-            for name in names_read(node)
-            if self.module.scopes.resolve(name, functions) is Resolution.LOCAL
-        }
-
-    def bound_at(self, statement: ast.stmt) -> frozenset[str]:
-        function = self.enclosing.functions[-1]
-        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
-        try:
-            return bound_before(function, statement)
-        except ValueError:
-            return frozenset()  # the statement was moved by an earlier rewrite
-
 
 class _Site:
     """One ``if`` statement being predicated: checks, then code generation."""
@@ -212,6 +211,7 @@ class _Site:
         else_arm: list[ast.stmt],
         parent: _Site | None = None,
         bound: frozenset[str] | None = None,
+        state: _ArmState | None = None,
     ) -> None:
         self.rewriter = rewriter
         self.module = rewriter.module
@@ -228,7 +228,8 @@ class _Site:
             if parent
             else SpeculationChecker(self.module.scopes, rewriter.enclosing.functions)
         )
-        self.slots = parent.slots if parent else _Slots()
+        self.slots = parent.slots if parent else _Slots(self.module.fresh_identifier)
+        self.state = state or _ArmState()  # what the enclosing branch did before this site
         self.number = self.module.fresh_name("if").removeprefix("@gm_if")
         self.hoisted: list[ast.stmt] = []
         self.then_arm = self._hoist(then_arm)
@@ -271,6 +272,15 @@ class _Site:
             everywhere = name in assigned_on_every_path(self.then_arm) and name in (
                 assigned_on_every_path(self.else_arm)
             )
+            if (
+                (everywhere or name in self.bound)
+                and not self.nested
+                and used_in_place_after(function, self.statement, name)
+            ):
+                raise Decline(
+                    f"{name} is updated in place after the if; a merged value is a new "
+                    "tensor, so the update would no longer reach the object it held"
+                )
             if everywhere or name in self.bound:
                 outputs.append(name)
             elif self.nested or live_after(function, self.statement, name):
@@ -285,8 +295,13 @@ class _Site:
         """The statements run while tracing (checks raise :class:`Decline`)."""
         condition_name = f"@gm_cond{self.number}"
         prelude, condition = self.rewriter.translate_condition(self.statement.test)
-        then_body = self._transform(self.then_arm, assigned=set())
-        else_body = self._transform(self.else_arm, assigned=set())
+        then_state, else_state = self.state.copy(), self.state.copy()
+        then_body = self._transform(self.then_arm, then_state)
+        else_body = self._transform(self.else_arm, else_state)
+        self.written = then_state.slots | else_state.slots
+        if self.nested:
+            # stores made inside a nested if are results of it, like its names
+            self.outputs += sorted(self.written - set(self.outputs))
         if self.facts.problem is not None:
             raise Decline(f"a branch cannot run ahead of time: {self.facts.problem}")
         if self.returns and (self.slots.attributes or self.slots.items):
@@ -305,7 +320,6 @@ class _Site:
             _tuple(load(p) for p in else_parameters),
             _tuple(copy.deepcopy(m) for m in self.facts.modules),
             ast.Constant(self.facts.expensive),
-            ast.Constant(self.facts.grad_safe),
             _tuple(in_place),
         )
         chooser = ast.If(
@@ -343,8 +357,8 @@ class _Site:
         """The original branches, decided on the host (the original graph break)."""
         if self.nested:
             # Inside a branch function, even the fallback must not store anything.
-            then_fallback = self._transform(self.then_arm, set()) or [ast.Pass()]
-            else_fallback = self._transform(self.else_arm, set())
+            then_fallback = self._transform(self.then_arm, self.state.copy()) or [ast.Pass()]
+            else_fallback = self._transform(self.else_arm, self.state.copy())
         else:
             then_fallback = copy.deepcopy(self.then_arm) or [ast.Pass()]
             else_fallback = copy.deepcopy(self.else_arm)
@@ -369,12 +383,11 @@ class _Site:
             | set(self.outputs)
             | set(self.slots.items)
         )
-        if self.nested:
-            parameters = sorted({*parameters, *self.slots.attributes} & self.bound)
-        unbound = [p for p in parameters if p not in self.bound and p not in _assigned_names(arm)]
-        if unbound:
-            raise Decline(f"a branch reads {unbound[0]}, which may be unbound before the if")
-        parameters = [p for p in parameters if p in self.bound]
+        bound = self.bound
+        if self.nested:  # slot locals are bound in the enclosing branch function
+            bound = bound | set(self.slots.attributes) | set(self.slots.items)
+            parameters = sorted({*parameters, *self.slots.attributes} & bound)
+        parameters = [p for p in parameters if p in bound]
         prologue = (
             []
             if self.nested
@@ -386,14 +399,29 @@ class _Site:
         function = make_function(name, parameters, [*prologue, *body] or [ast.Pass()], [])
         return locate(function, self.statement), parameters  # type: ignore[return-value]
 
-    def _transform(self, arm: list[ast.stmt], assigned: set[str]) -> list[ast.stmt]:
+    def _transform(self, arm: list[ast.stmt], state: _ArmState) -> list[ast.stmt]:
         """The arm's statements with stores made local; raises :class:`Decline`."""
         transformed: list[ast.stmt] = []
         for statement in arm:
-            transformed.extend(self._transform_statement(statement, assigned))
+            self._check_reads(statement, state)
+            transformed.extend(self._transform_statement(statement, state))
         return transformed
 
-    def _transform_statement(self, statement: ast.stmt, assigned: set[str]) -> list[ast.stmt]:
+    def _check_reads(self, statement: ast.stmt, state: _ArmState) -> None:
+        """A branch may read only what is bound, and no attribute it already replaced."""
+        reads = [statement.test] if isinstance(statement, ast.If) else [statement]
+        for name in sorted(self.rewriter.local_reads(reads)):
+            if name not in state.assigned and name not in self.bound:
+                raise Decline(f"a branch reads {name}, which may be unbound before the if")
+        for node in ast.walk(reads[0]):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and ast.unparse(node) in state.stored
+            ):
+                raise Decline(f"a branch reads {ast.unparse(node)} after storing into it")
+
+    def _transform_statement(self, statement: ast.stmt, state: _ArmState) -> list[ast.stmt]:
         if isinstance(statement, ast.Pass) or _is_docstring(statement):
             return []
         if isinstance(statement, ast.Return):
@@ -402,15 +430,14 @@ class _Site:
             self.checker.expression(statement.value)
             return [ast.Return(value=_tuple([copy.deepcopy(statement.value)]))]
         if isinstance(statement, ast.Assign | ast.AnnAssign):
-            return self._transform_assignment(statement, assigned)
+            return self._transform_assignment(statement, state)
         if isinstance(statement, ast.If):
-            return self._transform_nested_if(statement, assigned)
+            return self._transform_nested_if(statement, state)
         buffer = _buffer_registration(statement)
         if buffer is not None:
             target, value, persistent = buffer
             self.checker.expression(value)
-            slot = self.slots.attribute_slot(target, persistent)
-            return [ast.Assign(targets=[store(slot)], value=copy.deepcopy(value))]
+            return self._store_attribute(target, copy.deepcopy(value), state, persistent)
         what = {
             ast.AugAssign: "an augmented assignment (+= updates a tensor in place)",
             ast.Expr: "an expression statement, which may have side effects",
@@ -422,26 +449,27 @@ class _Site:
         }.get(type(statement), f"a {type(statement).__name__} statement")
         raise Decline(f"a branch holds {what} (line {statement.lineno})")
 
-    def _transform_nested_if(self, statement: ast.If, assigned: set[str]) -> list[ast.stmt]:
+    def _transform_nested_if(self, statement: ast.If, state: _ArmState) -> list[ast.stmt]:
         """A nested ``if`` (an ``elif``) predicated inside the branch function."""
         if _is_guard(statement):
             raise Decline(f"a branch raises (line {statement.lineno})")
         self.checker.expression(statement.test)  # evaluated ahead of time too
-        bound = self.bound | assigned | set(self.slots.attributes) | set(self.slots.items)
         nested = _Site(
             self.rewriter,
             statement,
             statement.body,
             statement.orelse,
             parent=self,
-            bound=frozenset(bound),
+            bound=frozenset(self.bound | state.assigned),
+            state=state,
         )
         code = nested.tracing_path()
-        assigned |= set(nested.outputs)
+        state.assigned |= set(nested.outputs)
+        state.slots |= nested.written
         return code
 
     def _transform_assignment(
-        self, statement: ast.Assign | ast.AnnAssign, assigned: set[str]
+        self, statement: ast.Assign | ast.AnnAssign, state: _ArmState
     ) -> list[ast.stmt]:
         if statement.value is None:
             return []
@@ -449,32 +477,49 @@ class _Site:
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
         value = copy.deepcopy(statement.value)
         if all(stored_names(t) and _is_name_target(t) for t in targets):
-            for target in targets:
-                assigned |= stored_names(target)
+            names = set().union(*(stored_names(t) for t in targets))
+            self._check_locals(names, state)
+            state.assigned |= names
             return [ast.Assign(targets=[copy.deepcopy(t) for t in targets], value=value)]
         if len(targets) != 1:
             raise Decline("a chained assignment stores into something other than names")
         target = targets[0]
         if isinstance(target, ast.Attribute) and _is_attribute_chain(target.value):
             self.checker.expression(target.value)
-            return [ast.Assign(targets=[store(self.slots.attribute_slot(target))], value=value)]
+            return self._store_attribute(target, value, state, persistent=None)
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
             name = target.value.id
-            if name in assigned:
+            if name in state.assigned:
                 raise Decline(f"a branch both rebinds {name} and stores into it by index")
             self._check_index(target.slice)
             if name not in self.slots.items:
                 self.slots.items.append(name)
+            state.indexed.add(name)
+            state.slots.add(name)
             update = runtime_call("assign_item", load(name), copy.deepcopy(target.slice), value)
             return [ast.Assign(targets=[store(name)], value=update)]
         raise Decline(f"a branch stores into {ast.unparse(target)}, which cannot be predicated")
 
+    def _store_attribute(
+        self, target: ast.Attribute, value: ast.expr, state: _ArmState, persistent: bool | None
+    ) -> list[ast.stmt]:
+        slot = self.slots.attribute_slot(target, persistent)
+        state.stored.add(ast.unparse(target))
+        state.slots.add(slot)
+        return [ast.Assign(targets=[store(slot)], value=value)]
+
+    def _check_locals(self, names: set[str], state: _ArmState) -> None:
+        function = self.rewriter.enclosing.functions[-1]
+        for name in sorted(names):
+            if name not in self.module.scopes.locals_of(function):
+                raise Decline(f"a branch assigns {name}, a global or nonlocal name")
+            if name in state.indexed:
+                raise Decline(f"a branch both stores into {name} by index and rebinds it")
+
     def _check_index(self, index: ast.expr) -> None:
-        impure = PurityChecker(self.module.scopes, self.rewriter.enclosing.functions).impure_part(
-            index
-        )
-        if impure is not None:
-            raise Decline(f"an index in a branch cannot be computed ahead of time: {impure}")
+        problem = speculation_problem(index, self.module.scopes, self.rewriter.enclosing.functions)
+        if problem is not None:
+            raise Decline(f"an index in a branch cannot be computed ahead of time: {problem}")
 
     def describe(self) -> str:
         """The finding's text for a rewritten site."""
@@ -546,7 +591,6 @@ class _ConditionalExpressions(ast.NodeTransformer):
             *branches,
             _tuple(copy.deepcopy(m) for m in checker.facts.modules),
             ast.Constant(checker.facts.expensive),
-            ast.Constant(checker.facts.grad_safe),
         )
 
 
@@ -613,7 +657,7 @@ def _is_lazy_initialisation(statement: ast.stmt, data: frozenset[str] | set[str]
 
 
 def _is_device_restore(statement: ast.stmt, data: frozenset[str] | set[str]) -> bool:
-    """``owner.a = owner.a.to(<Python values>)``: the same tensor, on a device."""
+    """``owner.a = owner.a.to(device)``: the same tensor, on a device (never a dtype)."""
     if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
         return False
     target, value = statement.targets[0], statement.value
@@ -626,11 +670,23 @@ def _is_device_restore(statement: ast.stmt, data: frozenset[str] | set[str]) -> 
     ):
         return False
     source = value.func.value
+    arguments = [*value.args, *(k.value for k in value.keywords if k.arg != "non_blocking")]
     return (
         source.attr == target.attr
         and ast.dump(source.value) == ast.dump(target.value)
-        and all(_uses_only(arg, data) for arg in [*value.args, *value.keywords])
+        and len(arguments) == 1
+        and _names_a_device(arguments[0])
+        and all(k.arg in ("device", "non_blocking") for k in value.keywords)
+        and _uses_only(arguments[0], data)
     )
+
+
+def _names_a_device(expr: ast.expr) -> bool:
+    """``device``, ``x.device``, ``self.device``, ``"cuda"``: an expression naming a device."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str) and expr.value.split(":")[0] in ("cpu", "cuda", "mps")
+    name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", "")
+    return "device" in name
 
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:

@@ -24,8 +24,9 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graphmend.analysis.purity import PurityChecker, qualified_name
+from graphmend.analysis.purity import qualified_name
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
+from graphmend.analysis.speculation import speculation_problem
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     FunctionStatementRewriter,
@@ -39,18 +40,7 @@ from graphmend.rewrites.common import (
 from graphmend.rewrites.conditions import ConditionTranslator, Untranslatable
 
 _SEPARATOR = "\x1f"  # see graphmend.runtime.traps
-_SAFE_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "__name__"})
 _SAFE_METHODS = frozenset({"size", "dim", "numel"})
-_SAFE_BUILTINS = frozenset(
-    {
-        "builtins.len",
-        "builtins.tuple",
-        "builtins.list",
-        "builtins.str",
-        "builtins.repr",
-        "builtins.type",
-    }
-)
 
 
 class Decline(Exception):
@@ -119,6 +109,14 @@ class TrapRewrite(FunctionStatementRewriter):
     def _lower(self, guards: list[_Guard], eager: ast.stmt, kind: str) -> ast.stmt | None:
         if self.declined_without_torch(guards[0].site):
             return None
+        if self.may_catch:
+            self.record(
+                guards[0].site,
+                Decision.DECLINED,
+                "inside a try (or a with) of this function, whose handlers cannot catch an "
+                "exception raised from inside the graph",
+            )
+            return None
         plans = []
         for index, guard in enumerate(guards):
             try:
@@ -133,13 +131,21 @@ class TrapRewrite(FunctionStatementRewriter):
             name = self.module.fresh_name("cond")
             body.extend(prelude)
             body.append(ast.Assign(targets=[store(name)], value=condition))
-            lowered = runtime_call(
-                "lower_guard",
-                load(name),
-                copy.deepcopy(guard.exception),
-                ast.List(elts=message_parts, ctx=ast.Load()),
-                ast.Constant(guard.message is not None),
-                *(load(earlier) for earlier in conditions),
+            earlier = [load(previous) for previous in conditions]
+            # The message is built only once the guard can be lowered (short circuit).
+            lowered = ast.BoolOp(
+                op=ast.And(),
+                values=[
+                    runtime_call("lowerable", load(name), *copy.deepcopy(earlier)),
+                    runtime_call(
+                        "lower_guard",
+                        load(name),
+                        copy.deepcopy(guard.exception),
+                        ast.List(elts=message_parts, ctx=ast.Load()),
+                        ast.Constant(guard.message is not None),
+                        *earlier,
+                    ),
+                ],
             )
             test = ast.BoolOp(
                 op=ast.And(), values=[ast.UnaryOp(op=ast.Not(), operand=lowered), load(name)]
@@ -167,11 +173,12 @@ class TrapRewrite(FunctionStatementRewriter):
         scopes = self.module.scopes
         _check_raise(guard.raise_statement)
         if ahead_of_time:
-            impure = PurityChecker(scopes, functions).impure_part(guard.condition)
-            if impure is not None:
-                raise Decline(f"the elif condition would run ahead of time, but {impure}")
+            problem = speculation_problem(guard.condition, scopes, functions)
+            if problem is not None:
+                raise Decline(f"the elif condition would run ahead of time, but {problem}")
         _check_exception(guard.exception, scopes, functions)
-        message_parts = _message_parts(guard.message, scopes, functions)
+        bound = self.bound_at(guard.site)
+        message_parts = _Message(scopes, functions, bound).parts(guard.message)
         translator = ConditionTranslator(scopes, functions, self.module.fresh_name)
         prelude, condition = translator.translate(guard.condition)
         return prelude, condition, message_parts
@@ -248,73 +255,85 @@ def _check_exception(
     raise Decline(f"the exception {ast.unparse(exception)} is not a class the source binds once")
 
 
-def _message_parts(
-    message: ast.expr | None, scopes: ModuleScopes, functions: Sequence[ast.AST]
-) -> list[ast.expr]:
-    """The message as a list of parts built at trace time (``None`` parts: needs tensor data)."""
-    if message is None:
-        return []
-    if isinstance(message, ast.Constant) and isinstance(message.value, str):
-        if _SEPARATOR in message.value:
+class _Message:
+    """A guard's message, as parts built at trace time by expressions that cannot fail.
+
+    Names must be bound before the guard; attributes are read with a default, and
+    sizes asked only of tensors (``@gm_rt.attribute``, ``@gm_rt.metadata``), so a
+    missing or ``None`` value yields a part the runtime refuses (the original
+    break) instead of an exception while tracing.
+    """
+
+    def __init__(self, scopes: ModuleScopes, functions: Sequence[ast.AST], bound: frozenset[str]):
+        self.scopes = scopes
+        self.functions = functions
+        self.bound = bound
+
+    def parts(self, message: ast.expr | None) -> list[ast.expr]:
+        if message is None:
+            return []
+        if isinstance(message, ast.Constant) and isinstance(message.value, str):
+            return [self._literal(message.value)]
+        if isinstance(message, ast.Name):
+            return [runtime_call("exact_text", self._value(message))]
+        if not isinstance(message, ast.JoinedStr):
+            raise Decline("the message is built by an expression that cannot be formatted early")
+        parts: list[ast.expr] = []
+        for part in message.values:
+            if isinstance(part, ast.Constant):
+                parts.append(self._literal(part.value))
+                continue
+            assert isinstance(part, ast.FormattedValue)
+            spec = part.format_spec
+            if spec is not None and not all(isinstance(p, ast.Constant) for p in spec.values):  # type: ignore[attr-defined]
+                raise Decline("the message has a format spec computed at run time")
+            spec_text = "".join(p.value for p in spec.values) if spec is not None else ""  # type: ignore[attr-defined]
+            parts.append(
+                runtime_call(
+                    "text",
+                    self._value(part.value),
+                    ast.Constant(part.conversion),
+                    ast.Constant(spec_text),
+                )
+            )
+        return parts
+
+    @staticmethod
+    def _literal(text: str) -> ast.Constant:
+        if _SEPARATOR in text:
             raise Decline("the message holds an ASCII unit separator, which it cannot carry")
-        return [ast.Constant(message.value)]
-    if isinstance(message, ast.Name):
-        return [runtime_call("exact_text", copy.deepcopy(message))]
-    if not isinstance(message, ast.JoinedStr):
-        raise Decline("the message is built by an expression that cannot be formatted in advance")
-    parts: list[ast.expr] = []
-    for part in message.values:
-        if isinstance(part, ast.Constant):
-            if _SEPARATOR in part.value:
-                raise Decline("the message holds an ASCII unit separator, which it cannot carry")
-            parts.append(ast.Constant(part.value))
-            continue
-        assert isinstance(part, ast.FormattedValue)
-        spec = part.format_spec
-        if spec is not None and not all(isinstance(p, ast.Constant) for p in spec.values):  # type: ignore[attr-defined]
-            raise Decline("the message has a format spec computed at run time")
-        if not _safe_message_value(part.value, scopes, functions):
-            raise Decline(
-                f"the message formats {ast.unparse(part.value)}, which could fail if computed "
-                "before the guard fires"
-            )
-        spec_text = "".join(p.value for p in spec.values) if spec is not None else ""  # type: ignore[attr-defined]
-        parts.append(
-            runtime_call(
-                "text",
-                copy.deepcopy(part.value),
-                ast.Constant(part.conversion),
-                ast.Constant(spec_text),
-            )
+        return ast.Constant(text)
+
+    def _value(self, expr: ast.expr) -> ast.expr:
+        """``expr`` rewritten so that evaluating it early cannot raise; else Decline."""
+        if isinstance(expr, ast.Constant):
+            return copy.deepcopy(expr)
+        if isinstance(expr, ast.Name):
+            if (
+                self.scopes.resolve(expr.id, self.functions) is Resolution.LOCAL
+                and expr.id not in self.bound
+            ):
+                raise Decline(f"the message formats {expr.id}, which may be unbound at the guard")
+            return copy.deepcopy(expr)
+        if isinstance(expr, ast.Tuple):
+            return ast.Tuple(elts=[self._value(e) for e in expr.elts], ctx=ast.Load())
+        if isinstance(expr, ast.Attribute):
+            if (
+                expr.attr == "__name__"
+                and isinstance(expr.value, ast.Call)
+                and qualified_name(expr.value.func, self.scopes, self.functions) == "builtins.type"
+                and len(expr.value.args) == 1
+            ):
+                return runtime_call("type_name", self._value(expr.value.args[0]))
+            return runtime_call("attribute", self._value(expr.value), ast.Constant(expr.attr))
+        if isinstance(expr, ast.Call) and not expr.keywords:
+            func = expr.func
+            if isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS and not expr.args:
+                return runtime_call("metadata", self._value(func.value), ast.Constant(func.attr))
+            name = qualified_name(func, self.scopes, self.functions)
+            if name == "builtins.len" and len(expr.args) == 1:
+                return runtime_call("metadata", self._value(expr.args[0]), ast.Constant("__len__"))
+        raise Decline(
+            f"the message formats {ast.unparse(expr)}, which could fail or change if computed "
+            "before the guard fires"
         )
-    return parts
-
-
-def _safe_message_value(expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> bool:
-    """Whether ``expr`` can be evaluated early without raising or changing anything."""
-    if isinstance(expr, ast.Constant | ast.Name):
-        return True
-    if isinstance(expr, ast.Tuple | ast.List):
-        return all(_safe_message_value(e, scopes, functions) for e in expr.elts)
-    if isinstance(expr, ast.Attribute):
-        rooted_at_self = _root_name(expr) == "self" and all(
-            isinstance(node, ast.Attribute | ast.Name)
-            for node in ast.walk(expr)
-            if isinstance(node, ast.expr)
-        )
-        return rooted_at_self or (
-            expr.attr in _SAFE_ATTRIBUTES and _safe_message_value(expr.value, scopes, functions)
-        )
-    if isinstance(expr, ast.Call) and not expr.keywords:
-        func = expr.func
-        if isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS and not expr.args:
-            return _safe_message_value(func.value, scopes, functions)
-        if qualified_name(func, scopes, functions) in _SAFE_BUILTINS and len(expr.args) == 1:
-            return _safe_message_value(expr.args[0], scopes, functions)
-    return False
-
-
-def _root_name(expr: ast.expr) -> str | None:
-    while isinstance(expr, ast.Attribute):
-        expr = expr.value
-    return expr.id if isinstance(expr, ast.Name) else None

@@ -21,7 +21,15 @@ from graphmend.runtime.conditions import (
 )
 from graphmend.runtime.deferral import carry, deferred, piece, print_arg, render
 from graphmend.runtime.selection import assign_item, branch, choose, store_target
-from graphmend.runtime.traps import exact_text, lower_guard, text
+from graphmend.runtime.traps import (
+    attribute,
+    exact_text,
+    lower_guard,
+    lowerable,
+    metadata,
+    text,
+    type_name,
+)
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
 #: when the code runs eagerly.
@@ -30,6 +38,7 @@ tracing = torch.compiler.is_compiling
 __all__ = [
     "allclose",
     "assign_item",
+    "attribute",
     "branch",
     "carry",
     "choose",
@@ -42,6 +51,8 @@ __all__ = [
     "logical_and",
     "logical_or",
     "lower_guard",
+    "lowerable",
+    "metadata",
     "not_",
     "piece",
     "print_arg",
@@ -49,4 +60,5 @@ __all__ = [
     "store_target",
     "text",
     "tracing",
+    "type_name",
 ]

@@ -142,4 +142,6 @@ def allclose(left: Any, right: Any, *args: Any, **kwargs: Any) -> Any:
     """``torch.allclose``: the very ``isclose(...).all()`` it computes, kept on the device."""
     if not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor)):
         return torch.allclose(left, right, *args, **kwargs)
+    if left.dtype != right.dtype or left.device != right.device:
+        return torch.allclose(left, right, *args, **kwargs)  # raises, as the original does
     return torch.isclose(left, right, *args, **kwargs).all()

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 
 from graphmend.runtime import dynamo_support
-from graphmend.runtime.formatting import format_now
+from graphmend.runtime.formatting import format_now, formattable_now
 from graphmend.runtime.post_import import when_imported
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -37,21 +37,23 @@ def carry(value: Any) -> Any:
 
 
 def print_arg(value: Any) -> Any:
-    """A ``print`` argument: tensors and constants carried, anything else printed to text now.
+    """A ``print`` argument: tensors and constants carried, fixed values printed to text now.
 
     ``print`` writes ``str(value)``; doing that at the call point is exact and
-    turns values TorchDynamo cannot carry (a ``torch.Size``) into text.
+    turns values TorchDynamo cannot carry (a ``torch.Size``) into text.  Other
+    objects are passed on as they are: TorchDynamo refuses to carry them, and
+    the original call runs where it was.
     """
     if isinstance(value, torch.Tensor) or type(value) in _CONSTANT_TYPES:
         return carry(value)
-    return format_now(value, ord("s"), "")
+    return format_now(value, ord("s"), "") if formattable_now(value) else value
 
 
 def piece(value: Any, conversion: int, spec: str) -> Any:
-    """A replacement field of an f-string: a tensor is carried, anything else formatted now."""
+    """A replacement field of an f-string: a tensor is carried, a fixed value formatted now."""
     if isinstance(value, torch.Tensor):
         return carry(value)
-    return format_now(value, conversion, spec)
+    return format_now(value, conversion, spec) if formattable_now(value) else value
 
 
 def render(value: Any, conversion: int, spec: str) -> str:

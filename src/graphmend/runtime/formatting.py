@@ -5,6 +5,9 @@ a ``torch.Size`` of symbolic sizes prints as ``torch.Size([s77])``).
 :func:`format_now` is marked as a constant-result function once TorchDynamo is
 imported: TorchDynamo then calls it with the real Python values and bakes the
 text into the trace, and refuses (a graph break) when a value is symbolic.
+Baked text is not guarded, so only values whose text cannot change while the
+compiled code is reused qualify (:func:`formattable_now`): immutable builtins,
+dtypes, devices, sizes, and tuples of them, which TorchDynamo guards on.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+import torch
 
 from graphmend.runtime.post_import import when_imported
 
@@ -21,6 +26,16 @@ CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, o
 def convert(value: Any, conversion: int) -> Any:
     """Apply an f-string conversion (``!s``, ``!r``, ``!a``; -1 for none)."""
     return value if conversion == -1 else CONVERSIONS[conversion](value)
+
+
+_IMMUTABLE = (int, float, str, bool, type(None), torch.dtype, torch.device)
+
+
+def formattable_now(value: Any) -> bool:
+    """Whether ``value``'s text is fixed for as long as a trace that saw it is used."""
+    if type(value) in (tuple, torch.Size):
+        return all(formattable_now(item) for item in value)
+    return type(value) in _IMMUTABLE
 
 
 def format_now(value: Any, conversion: int, spec: str) -> str:

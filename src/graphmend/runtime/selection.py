@@ -8,15 +8,16 @@ returns the merged results; otherwise ``None``, and the original ``if`` runs.
 The rule between ``torch.where`` and ``torch.cond``:
 
 * ``torch.where`` (both branches run, results selected element-exactly) when
-  the branches are cheap (element-wise work, reductions, shape changes) and
-  either no gradient is being recorded or every operation in them has a finite
-  derivative everywhere (otherwise the untaken branch's ``0 * inf`` would turn
-  gradients into NaN);
+  the branches are cheap (element-wise work, reductions, shape changes);
 * ``torch.cond`` (only the taken branch runs) when a branch calls a submodule
-  or a matrix product (running both would cost real time), or when gradients
-  are recorded through an operation that can produce an infinite derivative.
-  Its outputs are copies, since ``torch.cond`` refuses outputs that alias its
-  inputs.
+  or a matrix product, where running both would cost real time.  Its outputs
+  are copies, since ``torch.cond`` refuses outputs that alias its inputs.
+
+While gradients are recorded and a result requires grad, nothing is merged and
+the original ``if`` runs: a merged result would carry gradient edges into the
+untaken branch (``requires_grad`` set where the original had none, zero
+gradients where it had ``None``, and ``0 * inf = NaN`` through an operation
+with an infinite derivative there).
 
 Either way the results must be tensors of equal shape, dtype and device
 (``torch.where`` would otherwise broadcast or promote) or identical Python
@@ -27,6 +28,7 @@ only in eval mode) and carry no hooks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,18 +67,27 @@ _PURE_MODULE_PACKAGES = ("torch.nn.modules.activation", "transformers.activation
 
 
 def module_is_pure(module: Any) -> bool:
-    """Whether calling ``module`` only computes (checked while tracing, so it is static)."""
-    if not isinstance(module, nn.Module):
+    """Whether calling ``module`` only computes (checked while tracing, so it is static).
+
+    The exact class is checked, not a subclass (whose ``forward`` may do
+    anything), and no hook, the module's own or a global one, may be set.
+    """
+    if not isinstance(module, nn.Module) or _global_hooks():
         return False
     if module._forward_hooks or module._forward_pre_hooks:
         return False
     if isinstance(module, _TRAINING_CHANGES_STATE) and module.training:
         return False
-    if isinstance(module, nn.Sequential):
+    if type(module) is nn.Sequential:
         return all(module_is_pure(child) for child in module)
-    if isinstance(module, nn.MultiheadAttention):
+    if type(module) is nn.MultiheadAttention:
         return False
-    return isinstance(module, _PURE_MODULES) or type(module).__module__ in _PURE_MODULE_PACKAGES
+    return type(module) in _PURE_MODULES or type(module).__module__ in _PURE_MODULE_PACKAGES
+
+
+def _global_hooks() -> bool:
+    has_any = getattr(nn.modules.module, "_has_any_global_hook", None)
+    return bool(has_any()) if has_any is not None else True
 
 
 def branch(
@@ -87,7 +98,6 @@ def branch(
     else_arguments: Sequence[Any],
     modules: Sequence[Any],
     expensive: bool,
-    grad_safe: bool,
     in_place: Sequence[Any] = (),
 ) -> tuple[Any, ...] | None:
     """The branches' results merged under ``condition``, or ``None`` to run the original.
@@ -104,9 +114,9 @@ def branch(
     then_values = then_function(*then_arguments)
     else_values = else_function(*else_arguments)
     plan = _merge_plan(then_values, else_values)
-    if plan is None:
+    if plan is None or _records_gradients(then_values + else_values):
         return None
-    if expensive or (torch.is_grad_enabled() and not grad_safe):
+    if expensive:
         merged = _with_cond(
             predicate,
             plan,
@@ -137,7 +147,6 @@ def choose(
     else_arguments: Sequence[Any],
     modules: Sequence[Any],
     expensive: bool,
-    grad_safe: bool,
 ) -> Any:
     """``then if condition else otherwise``, merged while tracing when that is exact."""
     merged = branch(
@@ -148,7 +157,6 @@ def choose(
         else_arguments,
         modules,
         expensive,
-        grad_safe,
     )
     if merged is not None:
         return merged[0]
@@ -164,14 +172,15 @@ def store_target(owner: Any, name: str, persistent: bool | None) -> torch.Tensor
     buffer of that persistence, so that writing it in place registers nothing
     new; ``None`` when the store cannot be done in place.
     """
-    if isinstance(owner, nn.Module):
-        if name in owner._buffers:
-            if persistent is not None and persistent == (name in owner._non_persistent_buffers_set):
-                return None
-            value = owner._buffers[name]
-            return value if isinstance(value, torch.Tensor) else None
-        if persistent is not None or name in owner._parameters:
+    if not isinstance(owner, nn.Module):
+        return None  # a property setter could do anything
+    if name in owner._buffers:
+        if persistent is not None and persistent == (name in owner._non_persistent_buffers_set):
             return None
+        value = owner._buffers[name]
+        return value if isinstance(value, torch.Tensor) else None
+    if persistent is not None or name in owner._parameters:
+        return None
     value = getattr(owner, name, None)
     return value if isinstance(value, torch.Tensor) else None
 
@@ -195,6 +204,12 @@ def _selects_only(index: Any) -> bool:
     return index is None or index is Ellipsis or isinstance(index, (int, slice))
 
 
+def _records_gradients(values: tuple[Any, ...]) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(value, torch.Tensor) and value.requires_grad for value in values
+    )
+
+
 def _same_metadata(left: torch.Tensor, right: Any) -> bool:
     return (
         isinstance(right, torch.Tensor)
@@ -211,7 +226,9 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
         return None
     plan = []
     for left, right in zip(then_values, else_values, strict=True):
-        if isinstance(left, torch.Tensor):
+        if left is right:  # the same object either way: keep it, identity included
+            plan.append(False)
+        elif isinstance(left, torch.Tensor):
             if not _same_metadata(left, right) or left.layout != torch.strided:
                 return None
             plan.append(True)
@@ -223,17 +240,18 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
 
 
 def _identical(left: Any, right: Any) -> bool:
+    """Whether either value may stand for both: the same object, or equal immutable values."""
     if left is right:
         return True
     if type(left) is not type(right):
         return False
-    if isinstance(left, (tuple, list)):
+    if type(left) is tuple:
         return len(left) == len(right) and all(
             _identical(a, b) for a, b in zip(left, right, strict=True)
         )
-    return type(left) in (int, float, str, bool, type(None), torch.dtype, torch.device) and (
-        left == right
-    )
+    if type(left) is float:
+        return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
+    return type(left) in (int, str, bool, type(None), torch.dtype, torch.device) and left == right
 
 
 def _select(predicate: torch.Tensor, left: Any, right: Any) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from graphmend.runtime.conditions import is_scalar_tensor, truth
-from graphmend.runtime.formatting import format_now
+from graphmend.runtime.formatting import format_now, formattable_now
 from graphmend.runtime.post_import import when_imported
 
 _SYNC_ON_CUDA = os.environ.get("GRAPHMEND_CUDA_GUARDS", "").strip().lower() == "sync"
@@ -43,20 +43,24 @@ def text(value: Any, conversion: int, spec: str) -> Piece | None:
     """A field of a guard's message: text now, or integers to format when the guard fires.
 
     Integers and shapes travel into the graph as integers (they may be
-    symbolic sizes) and are formatted by the kernel; other values known at
-    trace time are formatted now.  ``None``: the field needs tensor data, and
-    the guard keeps its graph break.
+    symbolic sizes) and are formatted by the kernel; other values whose text is
+    fixed are formatted now.  ``None``: the field needs tensor data, or an
+    object whose text could change, and the guard keeps its graph break.
     """
-    if isinstance(value, torch.Tensor):
-        return None
-    if isinstance(value, int) and type(value) is not bool:
+    if _is_int(value):
         return f"int:1:{conversion}:{spec}", [value]
-    if isinstance(value, (tuple, list)):
-        if not all(isinstance(item, int) and type(item) is not bool for item in value):
-            return None
-        kind = "size" if isinstance(value, torch.Size) else type(value).__name__
+    if type(value) in (tuple, list, torch.Size) and all(_is_int(item) for item in value):
+        kind = "size" if type(value) is torch.Size else type(value).__name__
         return f"{kind}:{len(value)}:{conversion}:{spec}", list(value)
+    if not formattable_now(value):
+        return None
     return format_now(value, conversion, spec)
+
+
+def _is_int(value: Any) -> bool:
+    # type() rather than isinstance(): an IntEnum must keep its own text; under
+    # TorchDynamo a symbolic size's type is int.
+    return type(value) is int
 
 
 _SEPARATOR = "\x1f"  # ASCII unit separator
@@ -95,6 +99,34 @@ def _decode(template: str, numbers: list[int]) -> str:
         ](values)
         parts.append(format_now(value, int(conversion), spec))
     return "".join(parts)
+
+
+#: What a message expression evaluates to when its value is missing (a guard keeps its break).
+MISSING = object()
+
+
+def attribute(owner: Any, name: str) -> Any:
+    """``owner.name`` for a message, or :data:`MISSING` where there is none."""
+    return MISSING if owner is MISSING else getattr(owner, name, MISSING)
+
+
+def metadata(value: Any, query: str) -> Any:
+    """``value.size()``/``dim()``/``numel()``/``len(value)`` of a tensor, or :data:`MISSING`."""
+    if not isinstance(value, torch.Tensor) or (query == "__len__" and value.dim() == 0):
+        return MISSING
+    return len(value) if query == "__len__" else getattr(value, query)()
+
+
+def type_name(value: Any) -> str:
+    """``type(value).__name__``."""
+    return type(value).__name__
+
+
+def lowerable(condition: Any, *earlier: Any) -> bool:
+    """Whether :func:`lower_guard` can put this guard into the graph (message not built yet)."""
+    if is_scalar_tensor(condition):
+        return True
+    return bool(condition) and any(is_scalar_tensor(value) for value in earlier)
 
 
 def exact_text(value: Any) -> str | None:

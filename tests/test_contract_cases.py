@@ -1,0 +1,494 @@
+"""Programs where a careless rewrite would change behaviour: each must behave, compiled
+under GraphMend, exactly as the original does eagerly (values, state, output, errors).
+
+Each case is a module source and a scenario that runs a function of it and
+returns everything observable; the original module runs the scenario eagerly,
+the rewritten one under ``torch.compile`` (default mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from graphmend.findings import Decision
+from graphmend.pipeline import compile_module, rewrite
+
+
+def _modules(source: str) -> tuple[dict[str, Any], dict[str, Any], tuple]:
+    source = textwrap.dedent(source)
+    original: dict[str, Any] = {"__name__": "gm_original"}
+    exec(compile(source, "<original>", "exec"), original)
+    result = rewrite(source, "<rewritten>", {"predicate", "trap", "defer"})
+    rewritten: dict[str, Any] = {"__name__": "gm_rewritten"}
+    exec(compile_module(result.tree, "<rewritten>"), rewritten)
+    return original, rewritten, result.findings
+
+
+def _observe(scenario: Callable[[dict[str, Any], Callable], Any], module, compiled: bool):
+    torch._dynamo.reset()
+    wrap = (lambda f: torch.compile(f, backend="eager")) if compiled else (lambda f: f)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            value = scenario(module, wrap)
+    except Exception as error:
+        value = (type(error).__name__, str(error))
+    return _plain(value), out.getvalue()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, value.tolist())
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def alike(source: str, scenario: Callable[[dict[str, Any], Callable], Any]) -> tuple:
+    original, rewritten, findings = _modules(source)
+    assert _observe(scenario, rewritten, compiled=True) == _observe(
+        scenario, original, compiled=False
+    )
+    return findings
+
+
+def _declined(findings, reason: str) -> None:
+    assert any(f.decision is Decision.DECLINED and reason in f.reason for f in findings), [
+        (f.decision, f.reason) for f in findings
+    ]
+
+
+BUFFER_MODULE = """
+import torch
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("a", torch.zeros(3))
+    def forward(self, x):
+        {body}
+"""
+
+
+def _module_scenario(x):
+    def scenario(module, wrap):
+        model = module["M"]()
+        return wrap(model)(x), model.a
+
+    return scenario
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)])
+def test_store_then_read_back_in_the_same_branch(x):
+    body = """
+        if x.sum() > 0:
+            self.a = x * 2
+            y = self.a + 1
+        else:
+            y = x
+        return y"""
+    findings = alike(BUFFER_MODULE.format(body=body.strip()), _module_scenario(x))
+    _declined(findings, "after storing into it")
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), torch.full((3,), 0.1), -torch.ones(3)])
+def test_store_inside_a_nested_if_is_kept(x):
+    body = """
+        if x.sum() > 0:
+            if x.mean() > 0.5:
+                self.a = x * 2
+            y = x + 1
+        else:
+            y = x
+        return y"""
+    alike(BUFFER_MODULE.format(body=body.strip()), _module_scenario(x))
+
+
+def test_store_by_index_then_rebind():
+    source = """
+    import torch
+    def f(x, out):
+        if x.sum() > 0:
+            out[0] = 1.0
+            out = out * 2
+        return out
+    """
+
+    def scenario(module, wrap):
+        out = torch.zeros(3)
+        return wrap(module["f"])(torch.ones(3), out), out
+
+    _declined(alike(source, scenario), "stores into out by index and rebinds it")
+
+
+def test_global_store_in_a_branch():
+    source = """
+    import torch
+    counter = None
+    def f(x):
+        global counter
+        if x.sum() > 0:
+            counter = x * 2
+        return x + 1
+    """
+
+    def scenario(module, wrap):
+        return wrap(module["f"])(torch.ones(2)), module["counter"]
+
+    _declined(alike(source, scenario), "global or nonlocal")
+
+
+@pytest.mark.parametrize(
+    "after",
+    ["h += 1\n    return h", "h[0] = 7.0\n    return holder", "return g()"],
+    ids=["augmented", "indexed", "closure"],
+)
+def test_reads_after_the_site_keep_a_one_branch_name_alive(after):
+    source = f"""
+import torch
+def f(x, n, holder):
+    for _ in range(n):
+        h = holder
+    def g():
+        return h
+    if x.max() > 0.5:
+        h = torch.zeros_like(x)
+    {after}
+"""
+
+    def scenario(module, wrap):
+        holder = torch.ones(3)
+        return wrap(module["f"])(torch.ones(3), 1, holder), holder
+
+    alike(source, scenario)
+
+
+def test_in_place_update_after_a_merged_name():
+    source = """
+    import torch
+    def f(x, a, b):
+        if x.sum() > 0:
+            t = a
+        else:
+            t = b
+        t.add_(1)
+        return t
+    """
+
+    def scenario(module, wrap):
+        a, b = torch.zeros(2), torch.zeros(2)
+        return wrap(module["f"])(torch.ones(2), a, b), a, b
+
+    _declined(alike(source, scenario), "updated in place after the if")
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_python_objects_keep_their_identity(sign):
+    source = """
+    import torch
+    def f(x, a, b):
+        if x.sum() > 0:
+            items = a
+        else:
+            items = b
+        items.append(1)
+        return x + 1
+    """
+
+    def scenario(module, wrap):
+        a, b = [], []
+        return wrap(module["f"])(sign * torch.ones(2), a, b), a, b
+
+    alike(source, scenario)
+
+
+def test_only_device_moves_run_whichever_branch_is_taken():
+    source = """
+    import torch
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.ones(2)
+        def forward(self, x):
+            if x.max() > 10:
+                self.w = self.w.to(torch.float64)
+                y = x.double() * 2
+            else:
+                y = x.double()
+            return y
+    """
+
+    def scenario(module, wrap):
+        model = module["M"]()
+        return wrap(model)(torch.ones(2)), model.w.dtype
+
+    alike(source, scenario)
+
+
+def test_conversions_of_possible_submodules_are_not_speculated():
+    source = """
+    import torch
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(2, 2)
+        def forward(self, x):
+            if x.sum() > 1000:
+                w = self.proj.double().weight.sum()
+            else:
+                w = self.proj.weight.sum()
+            return w
+    """
+
+    def scenario(module, wrap):
+        torch.manual_seed(0)
+        model = module["M"]()
+        return wrap(model)(torch.ones(2)), model.proj.weight.dtype
+
+    _declined(alike(source, scenario), "converts a module in place")
+
+
+def test_submodule_called_through_a_helper_is_not_speculated():
+    source = """
+    import torch
+    def helper(layer, x):
+        return layer.proj(x)
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(2, 2)
+        def forward(self, x):
+            if x.sum() > 0:
+                y = helper(self, x)
+            else:
+                y = x
+            return y
+    """
+
+    def scenario(module, wrap):
+        torch.manual_seed(0)
+        return wrap(module["M"]())(torch.ones(2))
+
+    _declined(alike(source, scenario), "a submodule that cannot be checked from here")
+
+
+def test_submodule_subclass_with_side_effects_keeps_the_original_branch():
+    source = """
+    import torch
+    class Counting(torch.nn.Linear):
+        def forward(self, x):
+            self.calls.append(1)
+            return super().forward(x)
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = Counting(2, 2)
+            self.proj.calls = []
+        def forward(self, x):
+            if x.sum() > 0:
+                y = self.proj(x)
+            else:
+                y = x
+            return y
+    """
+
+    def scenario(module, wrap):
+        torch.manual_seed(0)
+        model = module["M"]()
+        return wrap(model)(torch.ones(2)), len(model.proj.calls)
+
+    alike(source, scenario)
+
+
+def test_gradients_recorded_keep_the_original_branch():
+    # Merged, w would require grad (and get a zero gradient, or NaN: the
+    # untaken branch's derivative is inf) where the original never used it.
+    source = """
+    import torch
+    def f(x, w):
+        if x.abs().max() > 100:
+            y = x / 100
+        else:
+            y = (x * x) * w
+        return y.sum()
+    """
+
+    def scenario(module, wrap):
+        w = torch.ones(2, requires_grad=True)
+        wrap(module["f"])(torch.tensor([1e20, 1.0]), w).backward()
+        return w.grad
+
+    alike(source, scenario)
+
+
+@pytest.mark.parametrize("mask", [None, torch.ones(2), torch.zeros(2)])
+def test_guard_message_is_built_only_when_the_guard_is_lowered(mask):
+    source = """
+    import torch
+    def f(x, mask=None):
+        if mask is not None and mask.sum() == 0:
+            raise ValueError(f"empty mask of shape {mask.shape}")
+        return x + 1
+    """
+    original, rewritten, _ = _modules(source)
+    torch._dynamo.reset()
+    compiled = torch.compile(rewritten["f"], backend="eager", fullgraph=mask is None)
+    assert _observe(lambda m, w: w(m["f"])(torch.ones(2), mask), rewritten, True) == _observe(
+        lambda m, w: m["f"](torch.ones(2), mask), original, False
+    )
+    if mask is None:
+        assert torch.equal(compiled(torch.ones(2), None), torch.full((2,), 2.0))
+
+
+def test_guard_message_naming_a_maybe_unbound_local():
+    source = """
+    import torch
+    def f(x, n):
+        for i in range(n):
+            x = x + 1
+        if torch.isnan(x).any():
+            raise ValueError(f"NaN after layer {i}")
+        return x
+    """
+    findings = alike(source, lambda m, w: w(m["f"])(torch.ones(2), 0))
+    _declined(findings, "may be unbound at the guard")
+
+
+@pytest.mark.parametrize(
+    ("setup", "value"),
+    [
+        ("import enum\nclass Mode(enum.IntEnum):\n    A = 1\nVALUE = Mode.A", "VALUE"),
+        (
+            "import collections\nDims = collections.namedtuple('Dims', 'h w')\nVALUE = Dims(2, 3)",
+            "VALUE",
+        ),
+    ],
+    ids=["int-enum", "namedtuple"],
+)
+def test_guard_message_keeps_the_text_of_int_like_values(setup, value):
+    source = f"""
+import torch
+{setup}
+def f(x):
+    if (x < 0).any():
+        raise ValueError(f"negative input for {{{value}!r}}")
+    return x + 1
+"""
+    alike(source, lambda m, w: w(m["f"])(-torch.ones(2)))
+
+
+def test_guard_inside_try_is_left_to_the_handler():
+    source = """
+    import torch
+    def f(x):
+        try:
+            if (x < 0).any():
+                raise ValueError("negative")
+            y = x + 1
+        except ValueError:
+            y = x * 0
+        return y
+    """
+    findings = alike(source, lambda m, w: w(m["f"])(-torch.ones(2)))
+    _declined(findings, "inside a try")
+
+
+def test_print_to_a_file_object():
+    source = """
+    import torch
+    def f(x, buf):
+        print("val", x, file=buf)
+        return x + 1
+    """
+
+    def scenario(module, wrap):
+        buf = io.StringIO()
+        return wrap(module["f"])(torch.ones(2), buf), buf.getvalue()
+
+    alike(source, scenario)
+
+
+def test_printed_text_of_a_mutable_object_is_not_frozen():
+    source = """
+    import torch
+    class Counter:
+        def __init__(self):
+            self.n = 0
+        def __str__(self):
+            return f"Counter({self.n})"
+    C = Counter()
+    def f(x):
+        print(C)
+        print(f"c={C}")
+        return x + 1
+    """
+
+    def scenario(module, wrap):
+        compiled = wrap(module["f"])
+        for _ in range(3):
+            compiled(torch.ones(1))
+            module["C"].n += 1
+        return module["C"].n
+
+    alike(source, scenario)
+
+
+def test_output_call_inside_try_is_left_in_place():
+    source = """
+    import torch
+    def f(x):
+        try:
+            print(f"{x:.2f}")
+        except TypeError:
+            x = x + 100
+        return x
+    """
+    _declined(alike(source, lambda m, w: w(m["f"])(torch.ones(2))), "inside a try")
+
+
+def test_starred_percent_format_is_declined():
+    source = """
+    import torch
+    def f(x, pair):
+        print("%s-%s" % (*pair,))
+        return x + 1
+    """
+    _declined(alike(source, lambda m, w: w(m["f"])(torch.ones(1), ("a", "b"))), "*args")
+
+
+def test_rewritten_function_called_before_torch_is_imported():
+    source = """
+    import logging
+    logger = logging.getLogger("gm.before")
+    def announce(message):
+        logger.warning("loading %s", message)
+    announce("model")
+    import torch
+    def f(x):
+        print("x", x)
+        return x + 1
+    """
+    alike(source, lambda m, w: w(m["f"])(torch.ones(1)))
+
+
+def test_torch_import_under_type_checking_is_not_the_anchor():
+    source = """
+    from typing import TYPE_CHECKING
+    if TYPE_CHECKING:
+        from torch import Tensor
+    import torch
+    def f(x):
+        if x.sum() > 0:
+            x = x * 2
+        return x
+    """
+    original, rewritten, _ = _modules(source)
+    torch._dynamo.reset()
+    compiled = torch.compile(rewritten["f"], backend="eager", fullgraph=True)
+    assert torch.equal(compiled(torch.ones(2)), original["f"](torch.ones(2)))
