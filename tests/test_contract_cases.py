@@ -492,3 +492,33 @@ def test_torch_import_under_type_checking_is_not_the_anchor():
     torch._dynamo.reset()
     compiled = torch.compile(rewritten["f"], backend="eager", fullgraph=True)
     assert torch.equal(compiled(torch.ones(2)), original["f"](torch.ones(2)))
+
+
+def test_branch_calls_on_an_object_that_may_be_none():
+    # prophetnet: `if cache is not None and cache.get_seq_length() != 0:` with the
+    # same call in the branch; `cache` is None here.
+    source = """
+    import torch
+    def f(x, cache=None):
+        if cache is not None and cache.get_seq_length() != 0:
+            n = cache.get_seq_length()
+            y = x * n
+        else:
+            y = x + 1
+        return y
+    """
+    alike(source, lambda m, w: w(m["f"])(torch.ones(2), None))
+
+
+def test_early_return_whose_tail_calls_a_method_of_a_tail_local():
+    # sam3: the tail calls pos_embed.tile(...), pos_embed being assigned in the tail.
+    source = """
+    import torch
+    def f(x, size):
+        if not torch.jit.is_tracing() and x.shape[0] == size:
+            return x.reshape(1, -1)
+        pos_embed = x.reshape(1, -1)
+        pos_embed = pos_embed.tile([1, 2])
+        return pos_embed
+    """
+    alike(source, lambda m, w: w(m["f"])(torch.ones(2), 3))

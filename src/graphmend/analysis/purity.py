@@ -27,7 +27,8 @@ PURE_TENSOR_METHODS = frozenset(
     logical_not logical_or logical_xor long lt masked_fill matmul max mean min mul ne neg
     new_full new_ones new_zeros norm numel permute pow prod reshape reshape_as round rsqrt short
     sigmoid sign sin size softmax sqrt squeeze std sub sum t tanh to transpose trunc type_as
-    unsqueeze var view view_as
+    unsqueeze var view view_as tile repeat narrow roll flip movedim swapaxes unflatten
+    clamp_min clamp_max log1p expm1 square reciprocal add argsort sort topk cumprod exp2
     """.split()
 )
 
@@ -106,6 +107,11 @@ def is_host_conversion(call: ast.Call, scopes: ModuleScopes, functions: Sequence
     return name in _HOST_CONVERSION_NAMES and len(call.args) == 1 and not call.keywords
 
 
+def _python_valued(name: str | None) -> bool:
+    """``torch.jit.is_tracing()``, ``is_torchdynamo_compiling()``...: flags, never tensor data."""
+    return name is not None and name.rsplit(".", 1)[-1].startswith("is_")
+
+
 def may_hold_tensor_data(
     expr: ast.expr,
     scopes: ModuleScopes,
@@ -131,6 +137,8 @@ def may_hold_tensor_data(
         if isinstance(expr.func, ast.Attribute) and expr.func.attr in _METADATA_METHODS:
             return False
         name = qualified_name(expr.func, scopes, functions)
+        if _python_valued(name):
+            return False
         if name is None or name.removeprefix("builtins.") not in _METADATA_BUILTINS:
             return True
     return any(

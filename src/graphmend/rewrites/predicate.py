@@ -318,7 +318,7 @@ class _Site:
             _tuple(load(p) for p in then_parameters),
             load(else_name),
             _tuple(load(p) for p in else_parameters),
-            _tuple(copy.deepcopy(m) for m in self.facts.modules),
+            _tuple(self._module_reads(then_state, else_state)),
             ast.Constant(self.facts.expensive),
             _tuple(in_place),
         )
@@ -337,6 +337,13 @@ class _Site:
             else_function,
             ast.Assign(targets=[store(merged_name)], value=call),
             chooser,
+        ]
+
+    def _module_reads(self, *states: _ArmState) -> list[ast.expr]:
+        """The submodules the branches call, read before them without raising."""
+        assigned = set().union(*(state.assigned for state in states))
+        return [
+            safe_attribute_chain(module, self.bound - assigned) for module in self.facts.modules
         ]
 
     def _in_place_targets(self) -> list[ast.expr]:
@@ -589,9 +596,23 @@ class _ConditionalExpressions(ast.NodeTransformer):
             "choose",
             condition,
             *branches,
-            _tuple(copy.deepcopy(m) for m in checker.facts.modules),
+            _tuple(safe_attribute_chain(m, self.bound) for m in checker.facts.modules),
             ast.Constant(checker.facts.expensive),
         )
+
+
+def safe_attribute_chain(chain: ast.expr, bound: frozenset[str] | set[str]) -> ast.expr:
+    """``a.b.c`` as ``@gm_rt.attribute(@gm_rt.attribute(a, "b"), "c")``: read ahead of time,
+    a missing attribute (``a`` is ``None``) gives MISSING instead of an exception.
+
+    ``a`` must be bound at that point; else the site is declined.
+    """
+    if isinstance(chain, ast.Attribute):
+        inner = safe_attribute_chain(chain.value, bound)
+        return runtime_call("attribute", inner, ast.Constant(chain.attr))
+    if isinstance(chain, ast.Name) and chain.id in bound:
+        return load(chain.id)
+    raise Decline(f"it calls {ast.unparse(chain)}..., which may not be bound before the if")
 
 
 def _buffer_registration(

@@ -20,16 +20,9 @@ from graphmend.runtime.conditions import (
     not_,
 )
 from graphmend.runtime.deferral import carry, deferred, piece, print_arg, render
+from graphmend.runtime.reading import attribute, metadata, type_name
 from graphmend.runtime.selection import assign_item, branch, choose, store_target
-from graphmend.runtime.traps import (
-    attribute,
-    exact_text,
-    lower_guard,
-    lowerable,
-    metadata,
-    text,
-    type_name,
-)
+from graphmend.runtime.traps import exact_text, lower_guard, lowerable, text
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
 #: when the code runs eagerly.

@@ -101,27 +101,6 @@ def _decode(template: str, numbers: list[int]) -> str:
     return "".join(parts)
 
 
-#: What a message expression evaluates to when its value is missing (a guard keeps its break).
-MISSING = object()
-
-
-def attribute(owner: Any, name: str) -> Any:
-    """``owner.name`` for a message, or :data:`MISSING` where there is none."""
-    return MISSING if owner is MISSING else getattr(owner, name, MISSING)
-
-
-def metadata(value: Any, query: str) -> Any:
-    """``value.size()``/``dim()``/``numel()``/``len(value)`` of a tensor, or :data:`MISSING`."""
-    if not isinstance(value, torch.Tensor) or (query == "__len__" and value.dim() == 0):
-        return MISSING
-    return len(value) if query == "__len__" else getattr(value, query)()
-
-
-def type_name(value: Any) -> str:
-    """``type(value).__name__``."""
-    return type(value).__name__
-
-
 def lowerable(condition: Any, *earlier: Any) -> bool:
     """Whether :func:`lower_guard` can put this guard into the graph (message not built yet)."""
     if is_scalar_tensor(condition):

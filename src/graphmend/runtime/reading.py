@@ -1,0 +1,34 @@
+"""Read values while tracing without raising: a missing value is :data:`MISSING`.
+
+Rewritten code evaluates some expressions before the original would have
+(a guard's message, the submodules a branch calls).  Reading them through
+these helpers turns an attribute that is not there, or a size asked of
+something that is not a tensor, into :data:`MISSING`, which the runtime then
+refuses (the original code runs), instead of an exception while tracing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+#: What an expression read early evaluates to when its value is missing.
+MISSING = object()
+
+
+def attribute(owner: Any, name: str) -> Any:
+    """``owner.name``, or :data:`MISSING` where there is none."""
+    return MISSING if owner is MISSING else getattr(owner, name, MISSING)
+
+
+def metadata(value: Any, query: str) -> Any:
+    """``value.size()``/``dim()``/``numel()``/``len(value)`` of a tensor, or :data:`MISSING`."""
+    if not isinstance(value, torch.Tensor) or (query == "__len__" and value.dim() == 0):
+        return MISSING
+    return len(value) if query == "__len__" else getattr(value, query)()
+
+
+def type_name(value: Any) -> str:
+    """``type(value).__name__``."""
+    return type(value).__name__
