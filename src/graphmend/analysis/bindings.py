@@ -95,6 +95,22 @@ def stored_names(target: ast.expr) -> frozenset[str]:
     return frozenset()
 
 
+def is_name_target(target: ast.expr) -> bool:
+    """Whether an assignment target only binds names (``a``, ``a, (b, c)``)."""
+    if isinstance(target, ast.Name):
+        return True
+    return isinstance(target, ast.Tuple | ast.List) and all(
+        is_name_target(element) for element in target.elts
+    )
+
+
+def is_attribute_chain(expr: ast.expr) -> bool:
+    """Whether ``expr`` is a name followed by attributes only (``self.a.b``)."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name)
+
+
 def assigned_by(statement: ast.stmt) -> frozenset[str]:
     """Names a simple statement binds."""
     if isinstance(statement, ast.Assign):

@@ -14,6 +14,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from graphmend.analysis.bindings import is_attribute_chain, is_name_target
 from graphmend.analysis.purity import (
     PURE_BUILTINS,
     PURE_TENSOR_METHODS,
@@ -109,7 +110,7 @@ class SpeculationChecker:
         if isinstance(func, ast.Name):
             self._module_function(func)
             return
-        if isinstance(func, ast.Attribute) and _is_attribute_chain(func):
+        if isinstance(func, ast.Attribute) and is_attribute_chain(func):
             if self._checking:
                 self.facts.refuse(
                     f"a function it calls calls {ast.unparse(func)}(), a submodule that "
@@ -162,7 +163,7 @@ class SpeculationChecker:
 
     def _function_statement(self, statement: ast.stmt, function: str) -> None:
         if isinstance(statement, ast.Assign) and all(
-            _is_name_target(target) for target in statement.targets
+            is_name_target(target) for target in statement.targets
         ):
             self.expression(statement.value)
         elif isinstance(statement, ast.Return):
@@ -186,20 +187,6 @@ def speculation_problem(
     if checker.facts.problem is None and checker.facts.modules:
         return f"it calls {ast.unparse(checker.facts.modules[0])}(), a submodule"
     return checker.facts.problem
-
-
-def _is_attribute_chain(expr: ast.expr) -> bool:
-    while isinstance(expr, ast.Attribute):
-        expr = expr.value
-    return isinstance(expr, ast.Name)
-
-
-def _is_name_target(target: ast.expr) -> bool:
-    if isinstance(target, ast.Name):
-        return True
-    return isinstance(target, ast.Tuple | ast.List) and all(
-        _is_name_target(element) for element in target.elts
-    )
 
 
 def _is_basic_index(index: ast.expr) -> bool:

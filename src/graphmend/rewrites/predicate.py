@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import (
     assigned_on_every_path,
+    is_attribute_chain,
+    is_name_target,
     live_after,
     names_read,
     stored_names,
@@ -483,7 +485,7 @@ class _Site:
         self.checker.expression(statement.value)
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
         value = copy.deepcopy(statement.value)
-        if all(stored_names(t) and _is_name_target(t) for t in targets):
+        if all(stored_names(t) and is_name_target(t) for t in targets):
             names = set().union(*(stored_names(t) for t in targets))
             self._check_locals(names, state)
             state.assigned |= names
@@ -491,7 +493,7 @@ class _Site:
         if len(targets) != 1:
             raise Decline("a chained assignment stores into something other than names")
         target = targets[0]
-        if isinstance(target, ast.Attribute) and _is_attribute_chain(target.value):
+        if isinstance(target, ast.Attribute) and is_attribute_chain(target.value):
             self.checker.expression(target.value)
             return self._store_attribute(target, value, state, persistent=None)
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
@@ -626,7 +628,7 @@ def _buffer_registration(
     if not (
         isinstance(func, ast.Attribute)
         and func.attr == "register_buffer"
-        and _is_attribute_chain(func.value)
+        and is_attribute_chain(func.value)
         and len(call.args) == 2
         and isinstance(call.args[0], ast.Constant)
         and isinstance(call.args[0].value, str)
@@ -725,20 +727,6 @@ def _returns(arm: Sequence[ast.stmt]) -> bool:
 
 def _is_docstring(statement: ast.stmt) -> bool:
     return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
-
-
-def _is_name_target(target: ast.expr) -> bool:
-    if isinstance(target, ast.Name):
-        return True
-    return isinstance(target, ast.Tuple | ast.List) and all(
-        _is_name_target(element) for element in target.elts
-    )
-
-
-def _is_attribute_chain(expr: ast.expr) -> bool:
-    while isinstance(expr, ast.Attribute):
-        expr = expr.value
-    return isinstance(expr, ast.Name)
 
 
 def _assigned_names(arm: Sequence[ast.stmt]) -> set[str]:
