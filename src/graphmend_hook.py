@@ -14,7 +14,7 @@ import sys
 def activate_from_env() -> None:
     """Install the hook if ``GRAPHMEND`` is set to a true value; never raises."""
     value = os.environ.get("GRAPHMEND", "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
+    if value in ("", "0", "false", "no", "off"):  # graphmend.config.is_enabled, not imported
         return
     try:
         import graphmend

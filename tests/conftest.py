@@ -14,7 +14,6 @@ import pytest
 import graphmend
 from helpers.modules import import_rewritten
 
-REPO = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
 
 

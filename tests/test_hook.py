@@ -16,7 +16,7 @@ import torch
 
 import graphmend
 from graphmend.config import Config
-from graphmend.importer import GraphMendLoader
+from graphmend.importer import GraphMendFinder, GraphMendLoader
 from graphmend.rewriter import GraphMendWarning
 
 MODULE = """
@@ -97,7 +97,7 @@ def test_unclaimed_names_namespace_packages_and_extensions_are_left_alone(
     assert not isinstance(package.__loader__, GraphMendLoader)
     inner = importlib.import_module("gm_namespace_pkg.inner")
     assert isinstance(inner.__loader__, GraphMendLoader)
-    finder = graphmend.activation.active_installation().finder
+    finder = next(entry for entry in sys.meta_path if isinstance(entry, GraphMendFinder))
     assert finder.find_spec("math") is None  # built in: not source
 
 

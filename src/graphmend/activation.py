@@ -29,10 +29,12 @@ class Installation:
 
     @property
     def packages(self) -> tuple[str, ...]:
+        """The module patterns this installation claims."""
         return self.config.packages
 
     @property
     def active(self) -> bool:
+        """Whether this is the installed hook (not uninstalled or replaced)."""
         return _active is self
 
     def uninstall(self) -> None:
@@ -97,10 +99,6 @@ def uninstall() -> None:
     with _lock:
         _remove_hook()
         _unwrap_spec_from_file_location()
-
-
-def active_installation() -> Installation | None:
-    return _active
 
 
 def _remove_hook() -> None:

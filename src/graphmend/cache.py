@@ -40,11 +40,12 @@ class CacheEntry:
 
     code: CodeType
     summary: dict[str, dict[str, int]]
-    changed: bool
 
 
 @dataclass(frozen=True)
 class CacheInfo:
+    """What ``cache info`` reports."""
+
     directory: Path
     entries: int
     size_bytes: int
@@ -91,6 +92,7 @@ class BytecodeCache:
         return digest.digest()
 
     def path_for(self, module_name: str, key: bytes) -> Path:
+        """The entry file of a module's code under ``key``."""
         return self._tag_dir / f"{module_name}.{key.hex()[:32]}{SUFFIX}"
 
     def load(self, module_name: str, key: bytes) -> CacheEntry | None:
@@ -117,7 +119,7 @@ class BytecodeCache:
             return None
         if not isinstance(code, CodeType) or not isinstance(meta, dict):
             return None
-        return CacheEntry(code, meta.get("summary", {}), bool(meta.get("changed")))
+        return CacheEntry(code, meta.get("summary", {}))
 
     def store(
         self,
@@ -125,10 +127,9 @@ class BytecodeCache:
         key: bytes,
         code: CodeType,
         summary: dict[str, dict[str, int]],
-        changed: bool,
     ) -> bool:
         """Write an entry atomically; False when the directory cannot be written."""
-        meta = json.dumps({"summary": summary, "changed": changed}).encode()
+        meta = json.dumps({"summary": summary}).encode()
         payload = meta + marshal.dumps(code)
         header = _HEADER.pack(_MAGIC, key, _checksum(payload), len(meta))
         target = self.path_for(module_name, key)

@@ -177,8 +177,7 @@ def _run(arguments: list[str]) -> int:
 
 
 def _run_config(extra: list[str]) -> Config:
-    config = Config.from_env()
-    return config.with_packages([*config.packages, *extra]) if extra else config
+    return Config.from_env().with_more_packages(extra)
 
 
 def _cache_info(config: Config) -> int:

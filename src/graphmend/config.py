@@ -6,8 +6,12 @@ configure a process (a serving container, each ``torchrun`` rank):
 ``GRAPHMEND_PACKAGES``   comma-separated module patterns; replaces the default scope
 ``GRAPHMEND_CACHE_DIR``  cache directory (default: the user cache directory)
 ``GRAPHMEND_CACHE``      ``0`` turns the bytecode cache off
-``GRAPHMEND_REWRITES``   comma-separated rewrites to run (default: all)
+``GRAPHMEND_REWRITES``   comma-separated rewrites to run (unset: all; empty: none)
 ``GRAPHMEND_LOG``        ``debug`` writes one line per claimed module to stderr
+
+``GRAPHMEND_CUDA_GUARDS=sync`` is read by :mod:`graphmend.runtime.traps`, where
+it takes effect: it decides what the rewritten code does on CUDA, not what is
+rewritten.
 """
 
 from __future__ import annotations
@@ -96,8 +100,11 @@ class Config:
         cache_dir = environ.get("GRAPHMEND_CACHE_DIR", "").strip()
         rewrites = environ.get("GRAPHMEND_REWRITES")
         log = environ.get("GRAPHMEND_LOG", "").strip().lower()
-        if log not in ("", "debug", "warning", "off"):
-            raise ConfigError(f"GRAPHMEND_LOG={log!r}: use 'debug' or leave it unset")
+        if log not in ("", "debug", "warning"):
+            raise ConfigError(
+                f"GRAPHMEND_LOG={log!r}: use 'debug' (a line per claimed module) "
+                "or 'warning' (the default: only modules that fell back)"
+            )
         return cls(
             packages=packages,
             cache_dir=Path(cache_dir).expanduser() if cache_dir else default_cache_dir(environ),
@@ -110,6 +117,10 @@ class Config:
     def with_packages(self, packages: Iterable[str]) -> Config:
         """A copy claiming exactly ``packages``."""
         return replace(self, packages=tuple(packages))
+
+    def with_more_packages(self, extra: Iterable[str]) -> Config:
+        """A copy claiming ``extra`` as well."""
+        return self.with_packages([*self.packages, *extra])
 
     def with_rewrites(self, rewrites: Iterable[str]) -> Config:
         """A copy running exactly ``rewrites`` (checked)."""

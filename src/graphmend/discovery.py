@@ -13,6 +13,8 @@ from graphmend.patterns import ModuleMatcher
 
 @dataclass(frozen=True)
 class ModuleFile:
+    """A module's dotted name and its source file."""
+
     name: str
     path: Path
 

@@ -23,10 +23,8 @@ from pathlib import Path
 from graphmend.config import Config
 from graphmend.discovery import DiscoveryError, ModuleFile, discover
 from graphmend.findings import Finding, describe_summary, summarize
-from graphmend.patterns import ModuleMatcher, PatternError
-from graphmend.pipeline import Rewritten, rewrite
-
-_GLOB_CHARS = frozenset("*?[")
+from graphmend.patterns import ModuleMatcher, PatternError, is_glob
+from graphmend.pipeline import Rewritten, parse, rewrite
 
 
 class TargetError(Exception):
@@ -73,7 +71,7 @@ def resolve(target: str) -> list[ModuleFile]:
     if path.is_file() or target.endswith(".py") or "/" in target or "\\" in target:
         return [ModuleFile(str(path), path)]
     try:
-        if any(char in _GLOB_CHARS for char in target):
+        if is_glob(target):
             modules = discover(ModuleMatcher([target]))
             if not modules:
                 raise TargetError(f"no modules on sys.path match {target!r}")
@@ -112,12 +110,14 @@ def analyse(module: ModuleFile, rewrites: Collection[str]) -> ModuleReport:
     except OSError as error:
         raise TargetError(f"cannot read {module.path}: {error.strerror or error}") from None
     try:
-        result = rewrite(source, str(module.path), rewrites)
+        tree = parse(source, str(module.path))
     except SyntaxError as error:
         where = f"{module.path}:{error.lineno or 0}:{error.offset or 0}"
         raise TargetError(f"{where}: syntax error: {error.msg}") from None
     except ValueError as error:  # e.g. null bytes in the source
         raise TargetError(f"{module.path}: cannot be parsed: {error}") from None
+    try:
+        result = rewrite(source, str(module.path), rewrites, tree=tree)
     except Exception as error:
         raise TargetError(
             f"{module.path}: GraphMend failed to rewrite it ({type(error).__name__}: {error}); "
@@ -154,7 +154,7 @@ class Batch:
 
     @property
     def status(self) -> int:
-        """The exit status: 1 when some target could not be explained."""
+        """The exit status: 1 when some target could not be read or rewritten."""
         return 1 if self.failures else 0
 
     def _fail(self, error: TargetError) -> None:

@@ -33,12 +33,15 @@ class Finding:
 
     @property
     def rewritten(self) -> bool:
+        """Whether the site was rewritten (else declined)."""
         return self.decision is Decision.REWRITTEN
 
     def location(self) -> str:
+        """``file:line:column``, as compilers and editors print it."""
         return f"{self.filename}:{self.lineno}:{self.col + 1}"
 
     def to_json(self) -> dict[str, object]:
+        """The finding as plain JSON values (``explain --json``)."""
         data = asdict(self)
         data["decision"] = self.decision.value
         return data

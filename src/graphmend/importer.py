@@ -76,7 +76,7 @@ class GraphMendFinder:
             return None
         busy.add(fullname)
         try:
-            spec = self._find_with_other_finders(fullname, path, target)
+            spec = find_spec_elsewhere(self, fullname, path, target)
         finally:
             busy.discard(fullname)
         if not claimable(spec):
@@ -84,20 +84,6 @@ class GraphMendFinder:
         assert spec is not None and spec.origin is not None
         spec.loader = GraphMendLoader(fullname, spec.origin, self.rewriter)
         return spec
-
-    def _find_with_other_finders(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None
-    ) -> importlib.machinery.ModuleSpec | None:
-        for finder in list(sys.meta_path):
-            if finder is self:
-                continue
-            find_spec = getattr(finder, "find_spec", None)
-            if find_spec is None:
-                continue
-            spec = find_spec(fullname, path, target)
-            if spec is not None:
-                return spec
-        return None
 
     def claim_spec(self, spec: importlib.machinery.ModuleSpec | None) -> None:
         """Give a spec built outside the import system GraphMend's loader, if claimed."""
@@ -120,3 +106,17 @@ def claiming_spec_from_file_location(
 
     spec_from_file_location.__graphmend_original__ = original  # type: ignore[attr-defined]
     return spec_from_file_location
+
+
+def find_spec_elsewhere(
+    finder: object, fullname: str, path: Sequence[str] | None, target: ModuleType | None
+) -> importlib.machinery.ModuleSpec | None:
+    """The spec the meta-path finders other than ``finder`` give for a module."""
+    for other in list(sys.meta_path):
+        find_spec = getattr(other, "find_spec", None)
+        if other is finder or find_spec is None:
+            continue
+        spec = find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None

@@ -21,7 +21,8 @@ class PatternError(ValueError):
     """A module pattern that cannot be a dotted module name or a glob over one."""
 
 
-def _is_glob(pattern: str) -> bool:
+def is_glob(pattern: str) -> bool:
+    """Whether ``pattern`` uses glob characters (``*``, ``?``, ``[``)."""
     return any(char in _GLOB_CHARS for char in pattern)
 
 
@@ -38,7 +39,7 @@ def _check(pattern: str) -> str:
 
 
 def _regex_for(pattern: str) -> str:
-    if _is_glob(pattern):
+    if is_glob(pattern):
         return fnmatch.translate(pattern)
     return re.escape(pattern) + r"(?:\..+)?\Z"
 
@@ -52,7 +53,7 @@ class ModuleMatcher:
         # Only when every pattern starts with a literal package can names be
         # rejected by their first component alone.
         self._roots: frozenset[str] | None = (
-            None if any(_is_glob(root) for root in roots) else frozenset(roots)
+            None if any(is_glob(root) for root in roots) else frozenset(roots)
         )
         joined = "|".join(f"(?:{_regex_for(pattern)})" for pattern in self.patterns)
         self._regex = re.compile(joined) if joined else None
@@ -71,7 +72,7 @@ class ModuleMatcher:
             dict.fromkeys(
                 pattern.split(".", 1)[0]
                 for pattern in self.patterns
-                if not _is_glob(pattern.split(".", 1)[0])
+                if not is_glob(pattern.split(".", 1)[0])
             )
         )
 

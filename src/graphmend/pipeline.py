@@ -42,9 +42,21 @@ def parse(source: bytes | str, filename: str) -> ast.Module:
     return tree
 
 
-def rewrite(source: bytes | str, filename: str, rewrites: Collection[str]) -> Rewritten:
-    """Parse ``source`` and apply the named rewrites (in the pipeline's order)."""
-    tree = parse(source, filename)
+def rewrite(
+    source: bytes | str,
+    filename: str,
+    rewrites: Collection[str],
+    *,
+    tree: ast.Module | None = None,
+) -> Rewritten:
+    """Apply the named rewrites (in the pipeline's order) to ``source``.
+
+    ``tree`` is ``parse(source, filename)`` when the caller has parsed it already;
+    parsing errors come only from :func:`parse`, so that a caller can tell them
+    from a failure of a rewrite.
+    """
+    if tree is None:
+        tree = parse(source, filename)
     text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
     module = ModuleContext(
         filename=filename,

@@ -24,6 +24,8 @@ class GraphMendWarning(UserWarning):
 
 
 class Status(str, Enum):
+    """What happened to a claimed module (the word ``GRAPHMEND_LOG=debug`` prints)."""
+
     CACHE_HIT = "cache hit"
     REWRITTEN = "rewritten"
     UNCHANGED = "unchanged"
@@ -42,6 +44,7 @@ class Outcome:
     seconds: float = 0.0
 
     def describe(self) -> str:
+        """One line for the debug log."""
         if self.status is Status.FELL_BACK:
             return f"fell back to the original code: {self.reason}"
         if self.status is Status.SYNTAX_ERROR:
@@ -75,7 +78,7 @@ class ModuleRewriter:
 
     def build(self, module_name: str, filename: str, source: bytes) -> Outcome:
         """Produce (or read back) the code for one module and say what happened."""
-        from graphmend.pipeline import compile_module, rewrite  # only once a module is claimed
+        from graphmend.pipeline import compile_module, parse, rewrite  # once a module is claimed
 
         started = time.perf_counter()
         key = None
@@ -85,10 +88,12 @@ class ModuleRewriter:
             if entry is not None:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary)
         try:
-            result = rewrite(source, filename, self.config.rewrites)
-        except (SyntaxError, ValueError):
+            tree = parse(source, filename)
+        except (SyntaxError, ValueError):  # ValueError: null bytes in the source
             # Python's own loader raises the very same error, with its usual traceback.
             return Outcome(Status.SYNTAX_ERROR, None)
+        try:
+            result = rewrite(source, filename, self.config.rewrites, tree=tree)
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=_describe(error))
         try:
@@ -97,7 +102,7 @@ class ModuleRewriter:
             return Outcome(Status.FELL_BACK, None, reason=f"compiling failed: {_describe(error)}")
         summary = summarize(result.findings)
         if self.cache is not None and key is not None:
-            self.cache.store(module_name, key, code, summary, result.changed)
+            self.cache.store(module_name, key, code, summary)
         status = Status.REWRITTEN if result.changed else Status.UNCHANGED
         return Outcome(status, code, summary, seconds=time.perf_counter() - started)
 

@@ -48,7 +48,7 @@ def run_script(path: str, args: list[str], config: Config) -> None:
 
 def run_module(module: str, args: list[str], config: Config) -> None:
     """Execute ``module`` as ``python -m module`` would, with the hook claiming it."""
-    install_config(config.with_packages([*config.packages, module]))
+    install_config(config.with_more_packages([module]))
     sys.argv = [module, *args]
     run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
     _report_uncaught(lambda: run_as_main(module, alter_argv=True))

@@ -14,6 +14,14 @@ from collections.abc import Iterable
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
+def parameter_names(function: FunctionNode | ast.Lambda) -> frozenset[str]:
+    """The names a function's (or lambda's) parameters bind."""
+    arguments = function.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return frozenset(argument.arg for argument in every)
+
+
 class _Found(Exception):
     def __init__(self, bound: frozenset[str]) -> None:
         self.bound = bound
@@ -21,14 +29,8 @@ class _Found(Exception):
 
 def bound_before(function: FunctionNode, target: ast.stmt) -> frozenset[str]:
     """Names certainly bound when ``target`` (a statement of ``function``) starts."""
-    arguments = function.args
-    parameters = {
-        a.arg
-        for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
-        + [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-    }
     try:
-        _block(function.body, frozenset(parameters), target)
+        _block(function.body, parameter_names(function), target)
     except _Found as found:
         return found.bound
     raise ValueError("the statement is not in the function")

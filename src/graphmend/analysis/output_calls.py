@@ -40,6 +40,8 @@ _LOGGER_FACTORIES = frozenset({"getLogger", "get_logger"})
 
 
 class OutputKind(str, Enum):
+    """The kinds of output call T2 defers."""
+
     PRINT = "print"
     LOGGER = "logger"
     WARNING = "warnings.warn"

@@ -14,11 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+from graphmend.analysis.bindings import parameter_names
+
+_FunctionScope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 
 
 class BindingKind(Enum):
+    """How a name is bound."""
+
     IMPORT = "import"  # import a.b as c
     IMPORT_FROM = "import-from"  # from a import b
     ASSIGN = "assign"  # name = value (a single plain target)
@@ -39,6 +42,8 @@ class Binding:
 
 
 class Resolution(Enum):
+    """Where a name read in a function is bound."""
+
     LOCAL = "local"  # bound in the function or in an enclosing function
     GLOBAL = "global"  # a module-level name
     BUILTIN = "builtin"  # bound nowhere in the module
@@ -169,13 +174,6 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def _parameters(node: FunctionNode) -> list[str]:
-    args = node.args
-    names = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
-    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
-    return names
-
-
 def _collect(body: Sequence[ast.AST] | ast.expr) -> _Scope:
     scope = _Scope()
     collector = _Collector(scope)
@@ -201,9 +199,9 @@ class ModuleScopes:
             if isinstance(node, ast.ClassDef):
                 scope = _collect(node.body)
             else:
-                assert isinstance(node, FunctionNode)
+                assert isinstance(node, _FunctionScope)
                 scope = _collect(node.body)
-                for name in _parameters(node):
+                for name in sorted(parameter_names(node)):
                     scope.bind(Binding(name, BindingKind.OTHER, node))
                 for name in scope.declared_global:
                     for binding in scope.bindings.get(name, []):

@@ -24,6 +24,10 @@ TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
 _GENERATED = "_graphmend_generated"
 
 
+class Decline(Exception):
+    """A site that cannot be rewritten exactly; the message says why, in a model author's words."""
+
+
 def mark_generated(node: ast.AST) -> ast.AST:
     """Flag a node built by a rewrite, so that later rewrites leave it alone."""
     setattr(node, _GENERATED, True)
@@ -31,6 +35,7 @@ def mark_generated(node: ast.AST) -> ast.AST:
 
 
 def is_generated(node: ast.AST) -> bool:
+    """Whether ``node`` was made by a rewrite (and so is not a candidate site)."""
     return getattr(node, _GENERATED, False)
 
 
@@ -46,11 +51,23 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
     return node
 
 
+def literal_format_spec(spec: ast.expr | None) -> str:
+    """The text of an f-string field's format spec; Decline when it is computed at run time."""
+    if spec is None:
+        return ""
+    assert isinstance(spec, ast.JoinedStr)
+    if not all(isinstance(part, ast.Constant) for part in spec.values):
+        raise Decline("a format spec computed at run time cannot be applied later")
+    return "".join(part.value for part in spec.values)  # type: ignore[attr-defined]
+
+
 def load(name: str) -> ast.Name:
+    """A name read."""
     return ast.Name(id=name, ctx=ast.Load())
 
 
 def store(name: str) -> ast.Name:
+    """A name assigned."""
     return ast.Name(id=name, ctx=ast.Store())
 
 
@@ -117,6 +134,11 @@ class ModuleContext:
         self._counter += 1
         return f"{PREFIX}{role}{self._counter}"
 
+    def fresh_names(self, *roles: str) -> dict[str, str]:
+        """New injected names for the parts of one site, numbered alike (``@gm_then3``...)."""
+        self._counter += 1
+        return {role: f"{PREFIX}{role}{self._counter}" for role in roles}
+
     def fresh_identifier(self, role: str) -> str:
         """A new valid identifier that no name of the module's source uses.
 
@@ -179,6 +201,7 @@ class FunctionStatementRewriter:
         self._catching = 0
 
     def run(self, tree: ast.Module) -> None:
+        """Rewrite every function of the module in place, recording a finding per site."""
         tree.body = self._rewrite_block(tree.body, in_function=False)
 
     @property
@@ -214,6 +237,7 @@ class FunctionStatementRewriter:
         }
 
     def bound_at(self, statement: ast.stmt) -> frozenset[str]:
+        """Names certainly bound when ``statement`` of the current function starts."""
         function = self.enclosing.functions[-1]
         assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
         try:
@@ -228,6 +252,7 @@ class FunctionStatementRewriter:
         return may_hold_tensor_data(condition, self.module.scopes, functions, names)
 
     def record(self, node: ast.AST, decision: Decision, reason: str) -> None:
+        """Record the decision on the site at ``node`` (shown by ``explain``)."""
         self.module.findings.append(
             Finding(
                 rewrite=self.name,
@@ -242,6 +267,12 @@ class FunctionStatementRewriter:
         )
 
     def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
+        """The replacement of one statement of a function (itself when not a site).
+
+        Every rewrite overrides this.  It is called before the statement's own
+        blocks are visited (outer sites first); generated statements it returns
+        are not offered again, statements it moves out of the site are.
+        """
         raise NotImplementedError
 
     def rewrite_tail(self, statement: ast.stmt, tail: list[ast.stmt]) -> list[ast.stmt] | None:

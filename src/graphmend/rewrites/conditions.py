@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from graphmend.analysis.purity import is_host_conversion, qualified_name
 from graphmend.analysis.scopes import ModuleScopes
 from graphmend.analysis.speculation import speculation_problem
-from graphmend.rewrites.common import load, runtime_call, store
+from graphmend.rewrites.common import Decline, load, runtime_call, store
 
 _COMPARISON_SYMBOLS: dict[type[ast.cmpop], str] = {
     ast.Eq: "==",
@@ -36,7 +36,7 @@ _COMPARISON_SYMBOLS: dict[type[ast.cmpop], str] = {
 _ON_DEVICE = {"torch.equal": "equal", "torch.allclose": "allclose"}
 
 
-class Untranslatable(Exception):
+class Untranslatable(Decline):
     """A condition whose host reads cannot be kept on the device exactly."""
 
 

@@ -33,7 +33,6 @@ import builtins
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 from graphmend.analysis import output_calls
 from graphmend.analysis.output_calls import NotProven, OutputCall, OutputKind
@@ -41,8 +40,10 @@ from graphmend.analysis.scopes import BindingKind, Resolution
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     RUNTIME,
+    Decline,
     FunctionStatementRewriter,
     dual_path,
+    literal_format_spec,
     load,
     locate,
     make_function,
@@ -55,24 +56,16 @@ _STATIC_SYS_ATTRIBUTES = {"stdout", "stderr"}
 _STATIC_KINDS = (BindingKind.IMPORT, BindingKind.DEF, BindingKind.CLASS)
 
 
-class Decline(Exception):
-    """Raised while planning a site that cannot be deferred exactly."""
-
-
-class Capture(Enum):
-    """How a value is captured at the call point."""
-
-    PIECE = "piece"  # part of an f-string: tensors cloned, anything else formatted now
-    FORMAT_OPERAND = "carry"  # operand of "..." % x or "...".format(x), formatted now
-    ARGUMENT = "argument"  # passed to the callee as it is, consumed at the call
-
-
 @dataclass
 class _Value:
+    """A value the deferred call needs, and how it is captured at the call point."""
+
     expr: ast.expr
-    capture: Capture
     helper: str  # the runtime helper that captures it
-    extra: tuple[ast.expr, ...] = ()  # the conversion and spec of a piece
+    extra: tuple[ast.expr, ...] = ()  # the conversion and spec of an f-string piece
+    #: An argument passed to the callee as it is is captured once every later
+    #: value was evaluated; f-string pieces and format operands at once.
+    consumed_at_call: bool = False
 
 
 class DeferRewrite(FunctionStatementRewriter):
@@ -136,22 +129,17 @@ class _Plan:
         captured: list[ast.expr] = []
         # An argument is consumed at the call, after every later value was
         # evaluated; bind values to temporaries when one is followed by others.
-        needs_temporaries = any(value.capture is Capture.ARGUMENT for value in self.values[:-1])
+        needs_temporaries = any(value.consumed_at_call for value in self.values[:-1])
         for index, value in enumerate(self.values):
-            last = index == len(self.values) - 1
-            if value.capture is Capture.ARGUMENT:
-                expr = value.expr
-                if needs_temporaries and not last:
-                    temporary = fresh_name("arg")
-                    statements.append(ast.Assign(targets=[store(temporary)], value=expr))
-                    expr = load(temporary)
-                captured.append(runtime_call(value.helper, expr))
-                continue
-            expr = runtime_call(value.helper, value.expr, *value.extra)
-            if needs_temporaries and not last:
+            expr = value.expr
+            if not value.consumed_at_call:
+                expr = runtime_call(value.helper, expr, *value.extra)
+            if needs_temporaries and index < len(self.values) - 1:
                 temporary = fresh_name("arg")
                 statements.append(ast.Assign(targets=[store(temporary)], value=expr))
                 expr = load(temporary)
+            if value.consumed_at_call:
+                expr = runtime_call(value.helper, expr)
             captured.append(expr)
         call = ast.Call(func=load(function_name), args=captured, keywords=[])
         statements.append(ast.Expr(call))
@@ -262,23 +250,21 @@ class _Planner:
                     ast.keyword(arg=k.arg, value=self._lift_operand(k.value)) for k in expr.keywords
                 ],
             )
-        return self._parameter(_Value(expr, Capture.ARGUMENT, helper))
+        return self._parameter(_Value(expr, helper, consumed_at_call=True))
 
     def _lift_operand(self, expr: ast.expr) -> ast.expr:
         if _is_literal(expr) or self._is_static(expr):
             return copy.deepcopy(expr)
-        return self._parameter(_Value(expr, Capture.FORMAT_OPERAND, "carry"))
+        return self._parameter(_Value(expr, "carry"))
 
     def _lift_fstring_part(self, part: ast.expr) -> ast.expr:
         if not isinstance(part, ast.FormattedValue):
             return copy.deepcopy(part)
-        spec = _literal_spec(part.format_spec)
+        spec = literal_format_spec(part.format_spec)
         if _is_literal(part.value) or self._is_static(part.value):
             return copy.deepcopy(part)
         conversion, format_spec = ast.Constant(part.conversion), ast.Constant(spec)
-        parameter = self._parameter(
-            _Value(part.value, Capture.PIECE, "piece", (conversion, format_spec))
-        )
+        parameter = self._parameter(_Value(part.value, "piece", (conversion, format_spec)))
         rendered = runtime_call(
             "render", parameter, ast.Constant(part.conversion), ast.Constant(spec)
         )
@@ -331,12 +317,3 @@ def _is_str_format(expr: ast.expr) -> bool:
         and isinstance(expr.func.value, ast.Constant)
         and isinstance(expr.func.value.value, str)
     )
-
-
-def _literal_spec(spec: ast.expr | None) -> str:
-    if spec is None:
-        return ""
-    assert isinstance(spec, ast.JoinedStr)
-    if not all(isinstance(part, ast.Constant) for part in spec.values):
-        raise Decline("a format spec computed at run time cannot be applied after the graph")
-    return "".join(part.value for part in spec.values)  # type: ignore[attr-defined]

@@ -13,14 +13,15 @@ branches; see that module for the rule)::
             return (h,)
         def @gm_else3(h):
             return (h,)
-        @gm_merged3 = @gm_rt.branch(@gm_cond3, @gm_then3, (h,), @gm_else3, (h,), (), False, True)
+        # (submodules to check, whether a branch is costly, tensors written in place)
+        @gm_merged3 = @gm_rt.branch(@gm_cond3, @gm_then3, (h,), @gm_else3, (h,), (), False, ())
         if @gm_merged3 is not None:
             (h,) = @gm_merged3
         elif @gm_cond3:                  # not exact to merge: the original branches
             clamp_value = ...
             h = ...
-    else:
-        <the original if>
+    elif <the original condition>:     # eagerly: the original if, as written
+        <the original branches>
 
 Branches may assign local names, store into an existing tensor attribute or
 into a tensor by index (both written back in place, predicated), call pure
@@ -49,6 +50,7 @@ from graphmend.analysis.bindings import (
 from graphmend.analysis.speculation import BranchFacts, SpeculationChecker, speculation_problem
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
+    Decline,
     FunctionStatementRewriter,
     dual_path,
     load,
@@ -57,11 +59,7 @@ from graphmend.rewrites.common import (
     runtime_call,
     store,
 )
-from graphmend.rewrites.conditions import ConditionTranslator, Untranslatable
-
-
-class Decline(Exception):
-    """A site that cannot be predicated exactly; the message says why."""
+from graphmend.rewrites.conditions import ConditionTranslator
 
 
 @dataclass
@@ -107,11 +105,6 @@ class _ArmState:
     def copy(self) -> _ArmState:
         return _ArmState(set(self.assigned), set(self.stored), set(self.indexed), set(self.slots))
 
-    def absorb(self, other: _ArmState) -> None:
-        self.stored |= other.stored
-        self.indexed |= other.indexed
-        self.slots |= other.slots
-
 
 class PredicateRewrite(FunctionStatementRewriter):
     """Predicates tensor-valued ``if`` statements and conditional expressions."""
@@ -153,7 +146,7 @@ class PredicateRewrite(FunctionStatementRewriter):
         try:
             site = _Site(self, statement, then_arm, else_arm)
             tracing_body = site.tracing_path()
-        except (Decline, Untranslatable) as reason:
+        except Decline as reason:
             if tail is None or not _returns(statement.body):
                 self.record(statement, Decision.DECLINED, str(reason))
             return statement
@@ -180,7 +173,7 @@ class PredicateRewrite(FunctionStatementRewriter):
         try:
             transformer = _ConditionalExpressions(self, statement, rewritten, definitions)
             rewritten = transformer.visit(rewritten)
-        except (Decline, Untranslatable) as reason:
+        except Decline as reason:
             self.record(candidates[0], Decision.DECLINED, str(reason))
             return statement
         for node in candidates:
@@ -232,7 +225,7 @@ class _Site:
         )
         self.slots = parent.slots if parent else _Slots(self.module.fresh_identifier)
         self.state = state or _ArmState()  # what the enclosing branch did before this site
-        self.number = self.module.fresh_name("if").removeprefix("@gm_if")
+        self.names = self.module.fresh_names("cond", "then", "else", "merged")
         self.hoisted: list[ast.stmt] = []
         self.then_arm = self._hoist(then_arm)
         self.else_arm = self._hoist(else_arm)
@@ -295,7 +288,7 @@ class _Site:
 
     def tracing_path(self) -> list[ast.stmt]:
         """The statements run while tracing (checks raise :class:`Decline`)."""
-        condition_name = f"@gm_cond{self.number}"
+        condition_name = self.names["cond"]
         prelude, condition = self.rewriter.translate_condition(self.statement.test)
         then_state, else_state = self.state.copy(), self.state.copy()
         then_body = self._transform(self.then_arm, then_state)
@@ -308,10 +301,10 @@ class _Site:
             raise Decline(f"a branch cannot run ahead of time: {self.facts.problem}")
         if self.returns and (self.slots.attributes or self.slots.items):
             raise Decline("a branch both returns and stores into a tensor")
-        then_name, else_name = f"@gm_then{self.number}", f"@gm_else{self.number}"
+        then_name, else_name = self.names["then"], self.names["else"]
         then_function, then_parameters = self._function(then_name, self.then_arm, then_body)
         else_function, else_parameters = self._function(else_name, self.else_arm, else_body)
-        merged_name = f"@gm_merged{self.number}"
+        merged_name = self.names["merged"]
         in_place = [] if self.nested else self._in_place_targets()
         call = runtime_call(
             "branch",
@@ -574,7 +567,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
             return self.generic_visit(node)
         module = self.rewriter.module
         checker = SpeculationChecker(module.scopes, self.rewriter.enclosing.functions)
-        number = module.fresh_name("ifexp").removeprefix("@gm_ifexp")
+        names = module.fresh_names("then", "else")
         branches = []
         for label, value in (("then", node.body), ("else", node.orelse)):
             checker.expression(value)
@@ -582,7 +575,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
             unbound = [p for p in parameters if p not in self.bound]
             if unbound:
                 raise Decline(f"a branch reads {unbound[0]}, which may be unbound here")
-            name = f"@gm_{label}{number}"
+            name = names[label]
             function = make_function(name, parameters, [ast.Return(value=value)], [])
             self.definitions.append(locate(function, self.statement))  # type: ignore[arg-type]
             branches += [load(name), _tuple(load(p) for p in parameters)]

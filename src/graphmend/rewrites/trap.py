@@ -4,10 +4,13 @@
 ``assert <cond>, msg`` become, while tracing::
 
     @gm_cond1 = <cond, tensor parts kept on the device>
-    if not @gm_rt.lower_guard(@gm_cond1, E, lambda: [<msg parts>], True) and @gm_cond1:
+    if not (@gm_rt.lowerable(@gm_cond1)
+            and @gm_rt.lower_guard(@gm_cond1, E, [<msg parts>], True)) and @gm_cond1:
         raise E(msg)                      # the original raise, when it cannot be lowered
 
-``lower_guard`` puts an operation into the graph that raises ``E(msg)`` when
+The message parts are evaluated only once ``lowerable`` has accepted the
+condition; later links of a chain also pass the earlier conditions, which must
+all be false.  ``lower_guard`` puts an operation into the graph that raises ``E(msg)`` when
 the condition holds (see :mod:`graphmend.runtime.traps`); when the condition is
 a Python value, or cannot be lowered, the original ``if`` decides on the host.
 The eager path is the original statement.  Asserts sit under ``if __debug__:``
@@ -29,22 +32,20 @@ from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 from graphmend.analysis.speculation import speculation_problem
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
+    Decline,
     FunctionStatementRewriter,
     dual_path,
+    literal_format_spec,
     load,
     locate,
     mark_generated,
     runtime_call,
     store,
 )
-from graphmend.rewrites.conditions import ConditionTranslator, Untranslatable
+from graphmend.rewrites.conditions import ConditionTranslator
 
 _SEPARATOR = "\x1f"  # see graphmend.runtime.traps
 _SAFE_METHODS = frozenset({"size", "dim", "numel"})
-
-
-class Decline(Exception):
-    """A guard that cannot be lowered exactly; the message says why."""
 
 
 @dataclass
@@ -121,7 +122,7 @@ class TrapRewrite(FunctionStatementRewriter):
         for index, guard in enumerate(guards):
             try:
                 plans.append(self._plan(guard, ahead_of_time=index > 0))
-            except (Decline, Untranslatable) as reason:
+            except Decline as reason:
                 # The later links of the chain are offered again on their own.
                 self.record(guards[0].site, Decision.DECLINED, str(reason))
                 return None
@@ -264,7 +265,9 @@ class _Message:
     break) instead of an exception while tracing.
     """
 
-    def __init__(self, scopes: ModuleScopes, functions: Sequence[ast.AST], bound: frozenset[str]):
+    def __init__(
+        self, scopes: ModuleScopes, functions: Sequence[ast.AST], bound: frozenset[str]
+    ) -> None:
         self.scopes = scopes
         self.functions = functions
         self.bound = bound
@@ -284,10 +287,7 @@ class _Message:
                 parts.append(self._literal(part.value))
                 continue
             assert isinstance(part, ast.FormattedValue)
-            spec = part.format_spec
-            if spec is not None and not all(isinstance(p, ast.Constant) for p in spec.values):  # type: ignore[attr-defined]
-                raise Decline("the message has a format spec computed at run time")
-            spec_text = "".join(p.value for p in spec.values) if spec is not None else ""  # type: ignore[attr-defined]
+            spec_text = literal_format_spec(part.format_spec)
             parts.append(
                 runtime_call(
                     "text",

@@ -17,14 +17,12 @@ from typing import Any, TypeVar
 import torch
 
 from graphmend.runtime import dynamo_support
-from graphmend.runtime.formatting import format_now, formattable_now
+from graphmend.runtime.formatting import IMMUTABLE_TYPES, format_now, formattable_now
 from graphmend.runtime.post_import import when_imported
 
 F = TypeVar("F", bound=Callable[..., None])
 
 # What TorchDynamo can carry out of a graph besides tensors.
-_CONSTANT_TYPES = (str, int, float, bool, type(None), torch.dtype, torch.device)
-
 _deferred_functions: list[Callable[..., None]] = []
 _enabled = False
 
@@ -44,7 +42,7 @@ def print_arg(value: Any) -> Any:
     objects are passed on as they are: TorchDynamo refuses to carry them, and
     the original call runs where it was.
     """
-    if isinstance(value, torch.Tensor) or type(value) in _CONSTANT_TYPES:
+    if isinstance(value, torch.Tensor) or type(value) in IMMUTABLE_TYPES:
         return carry(value)
     return format_now(value, ord("s"), "") if formattable_now(value) else value
 

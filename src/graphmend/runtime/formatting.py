@@ -28,14 +28,15 @@ def convert(value: Any, conversion: int) -> Any:
     return value if conversion == -1 else CONVERSIONS[conversion](value)
 
 
-_IMMUTABLE = (int, float, str, bool, type(None), torch.dtype, torch.device)
+#: Immutable values TorchDynamo treats as constants (and so can carry out of a graph).
+IMMUTABLE_TYPES = (int, float, str, bool, type(None), torch.dtype, torch.device)
 
 
 def formattable_now(value: Any) -> bool:
     """Whether ``value``'s text is fixed for as long as a trace that saw it is used."""
     if type(value) in (tuple, torch.Size):
         return all(formattable_now(item) for item in value)
-    return type(value) in _IMMUTABLE
+    return type(value) in IMMUTABLE_TYPES
 
 
 def format_now(value: Any, conversion: int, spec: str) -> str:

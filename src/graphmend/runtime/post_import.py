@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from graphmend.importer import find_spec_elsewhere
+
 Callback = Callable[[ModuleType], None]
 
 
@@ -58,15 +60,10 @@ class _PostImportFinder:
                 sys.meta_path.remove(self)
         if callbacks is None:
             return None
-        for finder in list(sys.meta_path):
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _CallbackLoader(spec.loader, callbacks)
-                return spec
-        return None
+        spec = find_spec_elsewhere(self, fullname, path, target)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _CallbackLoader(spec.loader, callbacks)
+        return spec
 
 
 _finder = _PostImportFinder()

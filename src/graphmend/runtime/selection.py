@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.formatting import IMMUTABLE_TYPES
 
 _PURE_MODULES: tuple[type[nn.Module], ...] = tuple(
     module
@@ -251,7 +252,7 @@ def _identical(left: Any, right: Any) -> bool:
         )
     if type(left) is float:
         return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
-    return type(left) in (int, str, bool, type(None), torch.dtype, torch.device) and left == right
+    return type(left) in IMMUTABLE_TYPES and left == right
 
 
 def _select(predicate: torch.Tensor, left: Any, right: Any) -> Any:

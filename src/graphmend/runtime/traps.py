@@ -126,24 +126,20 @@ def lower_guard(
     chain: this guard fires only where none of them did.  When False is
     returned the caller decides in Python, exactly as the original code.
     """
+    path = f"{exception.__module__}:{exception.__qualname__}"
+    refused = not _operator_ready or any(piece is None for piece in message)
+    if refused or "<locals>" in path or not lowerable(condition, *earlier):
+        return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):
         fires = truth(condition)
-    elif condition and earlier_tensors:
+    else:  # a true Python condition that fires where no earlier guard did
         fires = torch.ones((), dtype=torch.bool, device=earlier_tensors[0].device)
-    else:
-        return False
     for value in earlier_tensors:
         fires = torch.logical_and(fires, torch.logical_not(truth(value)))
-    pieces = message
-    if not _operator_ready or any(piece is None for piece in pieces):
-        return False
-    path = f"{exception.__module__}:{exception.__qualname__}"
-    if "<locals>" in path:
-        return False
-    template, numbers = _encode(pieces)  # type: ignore[arg-type]
+    template, numbers = _encode(message)  # type: ignore[arg-type]
     if fires.device.type == "cuda" and not _SYNC_ON_CUDA:
-        static = "".join(piece if isinstance(piece, str) else "?" for piece in pieces)  # type: ignore[misc]
+        static = "".join(piece if isinstance(piece, str) else "?" for piece in message)  # type: ignore[misc]
         torch._assert_async(torch.logical_not(fires), static)
     else:
         torch.ops.graphmend.raise_if(fires, path, template, numbers, has_message)
