@@ -62,6 +62,7 @@ from census_report import classify, failure_reason, write_report
 
 ARMS = ("plain", "graphmend")
 DTYPES = ("float32", "float16", "bfloat16")
+JOURNAL = "census.partial.jsonl"
 
 #: Auto mappings, in the order in which a model type's class is chosen.
 HEAD_MAPPINGS = (
@@ -1186,8 +1187,14 @@ def arm_env(cache_dir: str) -> dict[str, str]:
     return env
 
 
-def run_census(options: argparse.Namespace, types: list[str]) -> list[dict[str, Any]]:
-    """Every model type through both arms, ``options.jobs`` at a time."""
+def run_census(
+    options: argparse.Namespace, types: list[str], journal: Path
+) -> list[dict[str, Any]]:
+    """Every model type through both arms, ``options.jobs`` at a time.
+
+    Each finished model is appended to ``journal`` (one JSON line) at once, so
+    an interrupted run loses nothing and ``--resume`` carries on from it.
+    """
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
     slots: queue.Queue[dict[str, ArmServer]] = queue.Queue()
@@ -1212,6 +1219,8 @@ def run_census(options: argparse.Namespace, types: list[str]) -> list[dict[str, 
                 slots.put(servers)
             with lock:
                 results.append(result)
+                with journal.open("a") as lines:
+                    lines.write(json.dumps(result) + "\n")
                 line = progress_line(result, options.dtypes)
                 print(
                     f"[{len(results):>3}/{len(types)}] {model_type}: {line} ({result['seconds']} s)"
@@ -1273,6 +1282,11 @@ def parse_options(argv: list[str] | None = None) -> argparse.Namespace:
         "--timeout", type=float, default=120, help="seconds per arm of one model (default: 120)"
     )
     parser.add_argument("--out", type=Path, help="output directory")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the models an interrupted run already finished (from its journal)",
+    )
     parser.add_argument("--serve", choices=ARMS, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     options.dtypes = [name.strip() for name in options.dtype.split(",") if name.strip()]
@@ -1282,6 +1296,20 @@ def parse_options(argv: list[str] | None = None) -> argparse.Namespace:
     if options.jobs < 1:
         parser.error("--jobs must be at least 1")
     return options
+
+
+def finished_models(journal: Path) -> dict[str, dict[str, Any]]:
+    """Results an interrupted run appended to its journal, by model type."""
+    if not journal.exists():
+        return {}
+    finished = {}
+    for line in journal.read_text().splitlines():
+        try:
+            result = json.loads(line)
+        except json.JSONDecodeError:  # the line being written when the run was killed
+            continue
+        finished[result["model_type"]] = result
+    return finished
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1296,17 +1324,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no model type matches {options.only!r}", file=sys.stderr)
         return 2
     meta = metadata(options, types)
+    out.mkdir(parents=True, exist_ok=True)
+    journal = out / JOURNAL
+    done = finished_models(journal) if options.resume else {}
+    if not options.resume:
+        journal.unlink(missing_ok=True)
     print(
         f"transformers {version}, torch {torch.__version__}: {len(types)} model types, "
         f"{options.jobs} at a time, dtypes {', '.join(options.dtypes)}; progress lines show "
         "breaks without->with GraphMend, ! where fullgraph=True fails"
     )
+    if done:
+        print(f"resuming: {len(done)} model types already finished in {journal}")
     started = time.perf_counter()
-    models = run_census(options, types)
+    fresh = run_census(options, [name for name in types if name not in done], journal)
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
-    out.mkdir(parents=True, exist_ok=True)
-    census = {"meta": meta, "models": models}
+    models = sorted([*done.values(), *fresh], key=lambda result: result["model_type"])
+    census = {"meta": meta, "models": [model for model in models if model["model_type"] in types]}
     (out / "census.json").write_text(json.dumps(census, indent=1) + "\n")
+    journal.unlink()
     written = [out / "census.json", *write_report(census, out)]
     print(f"wrote {', '.join(map(str, written))} ({meta['wall_seconds']:.0f} s)")
     return 0
