@@ -1,7 +1,8 @@
 """Compile time and latency with and without GraphMend, side by side.
 
-For each model (by default: the census models whose plain run breaks the graph),
-both arms run in their own processes, each with a fresh TorchInductor cache:
+For each model (by default: the census models whose plain run breaks the graph,
+those where GraphMend removes the most breaks first), both arms run in their own
+processes, each with a fresh TorchInductor cache:
 
 * time to first compiled result (compile included, cold start),
 * compile time (first call minus a steady call),
@@ -17,7 +18,8 @@ as median and range.  The same weights and inputs serve both arms (the census
 builders, saved by the first arm, loaded strictly by the second).
 
     python bench/perf.py [--census bench/results/census-X/census.json] [--models a,b]
-                         [--device cpu|cuda] [--mode default|reduce-overhead]
+                         [--device cpu|cuda] [--dtype float32|float16|bfloat16]
+                         [--mode default|reduce-overhead]
                          [--repeats 3] [--calls 50] [--json out.json]
 """
 
@@ -51,7 +53,7 @@ def measure_arm(options: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from torch._dynamo.utils import counters
 
-    from census import choose_subject, rebuild_subject
+    from census import cast, choose_subject, rebuild_subject
 
     state = Path(options["state"])
     if state.exists():
@@ -60,8 +62,9 @@ def measure_arm(options: dict[str, Any]) -> dict[str, Any]:
         subject, _ = choose_subject(options["model_type"])
         torch.save({"state_dict": subject.model.state_dict(), "inputs": subject.inputs}, state)
     device = torch.device(options["device"])
-    model = subject.model.eval().to(device)
-    inputs = {name: value.to(device) for name, value in subject.inputs.items()}
+    dtype = getattr(torch, options["dtype"])
+    model = subject.model.eval().to(device, dtype)
+    inputs = {name: value.to(device) for name, value in cast(subject.inputs, dtype).items()}
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def timed_calls(function: Any, calls: int) -> float:
@@ -125,6 +128,7 @@ def run_arm(arm: str, model_type: str, choice: dict | None, state: Path, options
             "choice": choice,
             "state": str(state),
             "device": options.device,
+            "dtype": options.dtype,
             "mode": options.mode,
             "calls": options.calls,
         }
@@ -147,15 +151,19 @@ def run_arm(arm: str, model_type: str, choice: dict | None, state: Path, options
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def models_with_breaks(census: Path) -> list[str]:
-    """Model types whose plain arm breaks the graph in some dtype, from a census JSON."""
+def models_with_breaks(census: Path, dtype: str) -> list[str]:
+    """Model types whose plain arm breaks the graph in ``dtype``, from a census JSON:
+    those where GraphMend removes the most breaks first."""
     data = json.loads(census.read_text())
-    chosen = []
-    for result in data.get("results", data if isinstance(data, list) else []):
-        runs = result.get("arms", {}).get("plain", {}).get("runs", {})
-        if any((run or {}).get("breaks", 0) > 0 for run in runs.values()):
-            chosen.append(result["model_type"])
-    return chosen
+    removed = {}
+    for result in data["models"]:
+        arms = result.get("arms", {})
+        before, after = (
+            (arms.get(arm, {}).get("runs", {}).get(dtype) or {}).get("breaks") for arm in ARMS
+        )
+        if before and after is not None:
+            removed[result["model_type"]] = (before - after, before)
+    return sorted(removed, key=lambda model_type: removed[model_type], reverse=True)
 
 
 def spread(values: list[float]) -> str:
@@ -173,6 +181,7 @@ def main() -> int:
     parser.add_argument("--models", help="comma-separated model types (default: from --census)")
     parser.add_argument("--limit", type=int, default=8, help="at most this many models")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--mode", default="default", choices=["default", "reduce-overhead"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--calls", type=int, default=50)
@@ -185,7 +194,7 @@ def main() -> int:
     if options.models:
         models = [m.strip() for m in options.models.split(",") if m.strip()]
     elif options.census:
-        models = models_with_breaks(options.census)[: options.limit]
+        models = models_with_breaks(options.census, options.dtype)[: options.limit]
     else:
         parser.error("give --models or --census")
 
@@ -194,8 +203,8 @@ def main() -> int:
 
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"device {options.device}, mode {options.mode}, {options.repeats} repeats, "
-        f"{options.calls} timed calls, {os.cpu_count()} CPUs"
+        f"device {options.device}, {options.dtype}, mode {options.mode}, "
+        f"{options.repeats} repeats, {options.calls} timed calls, {os.cpu_count()} CPUs"
     )
     report: dict[str, Any] = {"models": {}}
     with tempfile.TemporaryDirectory() as scratch:
