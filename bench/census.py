@@ -38,7 +38,6 @@ import json
 import linecache
 import logging
 import os
-import platform
 import queue
 import re
 import resource
@@ -52,13 +51,13 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from census_report import classify, failure_reason, write_report
+from machine import environment
 
 ARMS = ("plain", "graphmend")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -1243,9 +1242,7 @@ def metadata(options: argparse.Namespace, types: list[str]) -> dict[str, Any]:
     from graphmend.config import ALL_REWRITES, Config
 
     return {
-        "transformers": importlib.metadata.version("transformers"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        **environment(),
         "graphmend": graphmend.__version__,
         "rewrites": sorted(Config.from_env().rewrites),
         "known_rewrites": list(ALL_REWRITES),
@@ -1259,9 +1256,6 @@ def metadata(options: argparse.Namespace, types: list[str]) -> dict[str, Any]:
         "inputs": {"batch": BATCH, "sequence": SEQUENCE, "decoder_sequence": DECODER_SEQUENCE},
         "config_levels": list(LEVELS),
         "max_parameters": MAX_PARAMETERS,
-        "cpus": os.cpu_count(),
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
 
 

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from machine import environment
+
 DEFAULT_MODULES = ["transformers.models.llama.modeling_llama"]
 ARMS = ("plain", "warm", "cold")
 
@@ -116,7 +118,10 @@ def main() -> int:
             }
         print()
     if options.json:
-        options.json.write_text(json.dumps({"modules": modules, "results": report}, indent=1))
+        meta = {**environment(), "rounds": options.rounds}
+        options.json.write_text(
+            json.dumps({"meta": meta, "modules": modules, "results": report}, indent=1)
+        )
     return 0
 
 

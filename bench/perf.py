@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from machine import environment
+
 HERE = Path(__file__).resolve().parent
 ARMS = ("plain", "graphmend")
 METRICS = ("first_result_s", "compile_s", "graphs", "compiled_ms", "eager_ms")
@@ -206,7 +208,11 @@ def main() -> int:
         f"device {options.device}, {options.dtype}, mode {options.mode}, "
         f"{options.repeats} repeats, {options.calls} timed calls, {os.cpu_count()} CPUs"
     )
-    report: dict[str, Any] = {"models": {}}
+    meta = {
+        **environment(),
+        **{key: getattr(options, key) for key in ("device", "dtype", "mode", "repeats", "calls")},
+    }
+    report: dict[str, Any] = {"meta": meta, "models": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for index, model_type in enumerate(models):
             samples: dict[str, list[dict]] = {arm: [] for arm in ARMS}
