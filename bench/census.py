@@ -959,11 +959,14 @@ def run_arm(job: dict[str, Any]) -> dict[str, Any]:
     with timed(result, "build"):
         try:
             if first:
-                subject, result["attempts"] = choose_subject(job["model_type"])
-                state = {"state_dict": subject.model.state_dict(), "inputs": subject.inputs}
+                chosen, result["attempts"] = choose_subject(job["model_type"])
+                state = {"state_dict": chosen.model.state_dict(), "inputs": chosen.inputs}
                 torch.save(state, folder / "state.pt")
-            else:
-                subject = rebuild_subject(job["model_type"], job["choice"], folder / "state.pt")
+            # both arms measure a model rebuilt the same way: the chosen one has run once,
+            # and what it cached in plain attributes (LeViT's attention biases, in float32)
+            # would leak into its float16 run
+            choice = chosen.choice if first else job["choice"]
+            subject = rebuild_subject(job["model_type"], choice, folder / "state.pt")
         except NotBuilt as failure:
             return {**result, "status": failure.status, "attempts": failure.attempts}
         except Exception as error:
