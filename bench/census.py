@@ -1336,6 +1336,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     fresh = run_census(options, [name for name in types if name not in done], journal)
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
+    meta["resumed"] = len(done)
     models = sorted([*done.values(), *fresh], key=lambda result: result["model_type"])
     census = {"meta": meta, "models": [model for model in models if model["model_type"] in types]}
     (out / "census.json").write_text(json.dumps(census, indent=1) + "\n")

@@ -423,6 +423,13 @@ def not_measured(census: dict[str, Any]) -> list[str]:
     )
 
 
+def _resumed(meta: dict[str, Any]) -> str:
+    resumed = meta.get("resumed")
+    if not resumed:
+        return ""
+    return f" for {meta['model_types'] - resumed} model types ({resumed} taken from the journal)"
+
+
 def render_markdown(census: dict[str, Any]) -> str:
     """The whole report."""
     meta = census["meta"]
@@ -433,7 +440,7 @@ def render_markdown(census: dict[str, Any]) -> str:
         f"(rewrites: {', '.join(meta['rewrites'])}); breaks counted with "
         f"`torch._dynamo.explain` (backend eager, default mode), `fullgraph=True` compiled with "
         f"backend {meta['fullgraph_backend']}; {meta['cpus']} CPUs, {meta['jobs']} jobs, "
-        f"{meta.get('wall_seconds', '?')} s; started {meta['started']}.",
+        f"{meta.get('wall_seconds', '?')} s{_resumed(meta)}; started {meta['started']}.",
         f"Command: `{meta['command']}`",
         "",
         "## Summary",
