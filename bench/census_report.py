@@ -423,7 +423,8 @@ def not_measured(census: dict[str, Any]) -> list[str]:
     )
 
 
-def _resumed(meta: dict[str, Any]) -> str:
+def resumed_note(meta: dict[str, Any]) -> str:
+    """' for N model types (M taken from the journal)' when the run was resumed."""
     resumed = meta.get("resumed")
     if not resumed:
         return ""
@@ -440,7 +441,7 @@ def render_markdown(census: dict[str, Any]) -> str:
         f"(rewrites: {', '.join(meta['rewrites'])}); breaks counted with "
         f"`torch._dynamo.explain` (backend eager, default mode), `fullgraph=True` compiled with "
         f"backend {meta['fullgraph_backend']}; {meta['cpus']} CPUs, {meta['jobs']} jobs, "
-        f"{meta.get('wall_seconds', '?')} s{_resumed(meta)}; started {meta['started']}.",
+        f"{meta.get('wall_seconds', '?')} s{resumed_note(meta)}; started {meta['started']}.",
         f"Command: `{meta['command']}`",
         "",
         "## Summary",

@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from census_report import category_table, sites_left, summary_table
+from census_report import category_table, resumed_note, sites_left, summary_table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -56,7 +56,8 @@ def census_section(folder: Path) -> list[str]:
     lines = [
         f"#### transformers {meta['transformers']}",
         "",
-        f"`{meta['command']}`, {meta['started'][:10]}, {meta['wall_seconds'] / 60:.0f} min;"
+        f"`{meta['command']}`, {meta['started'][:10]}, {meta['wall_seconds'] / 60:.0f} min"
+        f"{resumed_note(meta)};"
         f" full tables per model in [{relative(folder / 'census.md')}]"
         f"({relative(folder / 'census.md')}).",
         "",
