@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from graphmend.analysis.bindings import live_after
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 from graphmend.patterns import ModuleMatcher, PatternError
 
@@ -85,3 +86,24 @@ def test_resolution_follows_python_scoping():
 def test_star_import_makes_unbound_names_unknown():
     scopes, tree = _scopes("from torch import *\ndef f():\n    print(1)\n")
     assert scopes.resolve("print", [_function(tree, "f")]) is Resolution.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("nested", "live"),
+    [
+        ("def g():\n        return y", True),  # reads the outer y
+        ("def g():\n        y = 2\n        return y", False),  # its own local y
+        ("def g(y):\n        return y", False),  # a parameter
+        ("def g():\n        nonlocal y\n        y = 2\n        return y", True),
+        ("h = lambda: y", True),
+        ("h = lambda y: y", False),
+        ("def g():\n        z = [y for y in range(2)]\n        return y", True),
+        ("class C:\n        z = y", True),
+    ],
+)
+def test_live_after_follows_python_scoping_of_nested_functions(nested, live):
+    source = f"def f(x):\n    y = 1\n    if x:\n        y = 2\n    {nested}\n    return x\n"
+    tree = ast.parse(source)
+    function = _function(tree, "f")
+    site = function.body[1]
+    assert live_after(function, site, "y") is live

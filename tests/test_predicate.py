@@ -105,6 +105,22 @@ def two_clamps(h, g):
     return h
 
 
+def clamps_after_optional_block(h, g, cross):
+    # LongT5Block.forward: a clamp inside an optional block, then the same temporary
+    # in a later clamp (a generated function of the first site reads clamp_value, as
+    # its own local: not a read of the later site's clamp_value)
+    if cross:
+        h = h + g
+        if torch.isinf(h).any():
+            clamp_value = torch.finfo(h.dtype).max - 1000
+            h = torch.clamp(h, min=-clamp_value, max=clamp_value)
+    h = h * 2
+    if torch.isinf(h).any():
+        clamp_value = torch.finfo(h.dtype).max - 1000
+        h = torch.clamp(h, min=-clamp_value, max=clamp_value)
+    return h
+
+
 def host_reads(x, limit):
     if x.sum().item() > limit:
         x = x - limit
@@ -178,6 +194,12 @@ INPUTS = {
     "two_clamps": [
         (torch.tensor([float("inf"), 1.0]), torch.ones(2)),
         (torch.ones(2), torch.tensor([float("inf"), 0.0])),
+    ],
+    "clamps_after_optional_block": [
+        (torch.tensor([float("inf"), 1.0]), torch.ones(2), True),
+        (torch.ones(2), torch.tensor([float("inf"), 0.0]), True),
+        (torch.tensor([float("inf"), 1.0]), torch.ones(2), False),
+        (torch.ones(2), torch.ones(2), False),
     ],
     "module_function": [(torch.arange(3.0),), (-torch.arange(3.0),)],
     "store_by_index": [

@@ -145,7 +145,7 @@ def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     the handlers and ``finally`` of an enclosing ``try``.  Conservative: a read
     in any nested function or lambda of ``function`` counts (it may run later).
     """
-    if any(name in names_read(inner) for inner in _nested_scopes(function)):
+    if any(_reads_enclosing(inner, name) for inner in _nested_scopes(function)):
         return True
     continuation = _continuation(function, site)
     return continuation is None or _read_before_written(continuation, name)
@@ -194,6 +194,59 @@ def _nested_scopes(function: FunctionNode) -> list[ast.AST]:
     ]
 
 
+def _reads_enclosing(scope: ast.AST, name: str) -> bool:
+    """Whether the nested ``scope`` may read ``name`` from an enclosing function.
+
+    A function that binds ``name`` itself (a parameter, or an assignment in its own
+    body without ``nonlocal``/``global``) reads its own local, as Python scoping has it;
+    a class body, or a name bound only by a comprehension, counts as a read.
+    """
+    if name not in names_read(scope):
+        return False
+    if isinstance(scope, ast.ClassDef):
+        return True
+    if any(
+        isinstance(node, ast.Nonlocal | ast.Global) and name in node.names
+        for node in ast.walk(scope)
+    ):
+        return True
+    assert isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+    arguments = scope.args
+    parameters = {
+        argument.arg
+        for argument in [
+            *arguments.posonlyargs,
+            *arguments.args,
+            *arguments.kwonlyargs,
+            *filter(None, [arguments.vararg, arguments.kwarg]),
+        ]
+    }
+    body = [scope.body] if isinstance(scope, ast.Lambda) else scope.body
+    return name not in parameters and name not in _bound_in_own_scope(body)
+
+
+def _bound_in_own_scope(nodes: list[ast.AST]) -> frozenset[str]:
+    """Names bound by ``nodes`` in their own scope: not inside nested functions,
+    lambdas, classes or comprehensions (whose names are theirs)."""
+    bound: set[str] = set()
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+            continue
+        if isinstance(
+            node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
+        ):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bound.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound |= assigned_by(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return frozenset(bound)
+
+
 def _continuation(function: FunctionNode, site: ast.stmt) -> list[ast.stmt] | None:
     """The statements that may run after ``site``, in order (see :func:`live_after`)."""
     path = _path_to(function.body, site)
@@ -238,9 +291,37 @@ def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
     return blocks
 
 
+def _names_read_now(node: ast.AST) -> frozenset[str]:
+    """Names ``node`` loads when it runs.  The bodies of the functions, lambdas and
+    classes it defines are left out (their reads are those of :func:`_reads_enclosing`);
+    their decorators, defaults, annotations and bases are evaluated now and count."""
+    read: set[str] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            arguments = current.args
+            pending += [*arguments.defaults, *filter(None, arguments.kw_defaults)]
+            if not isinstance(current, ast.Lambda):
+                pending += [*current.decorator_list, *filter(None, [current.returns])]
+                pending += [
+                    argument.annotation
+                    for argument in ast.walk(arguments)
+                    if isinstance(argument, ast.arg) and argument.annotation
+                ]
+            continue
+        if isinstance(current, ast.ClassDef):
+            pending += [*current.decorator_list, *current.bases, *current.keywords]
+            continue
+        if isinstance(current, ast.Name) and isinstance(current.ctx, ast.Load):
+            read.add(current.id)
+        pending.extend(ast.iter_child_nodes(current))
+    return frozenset(read)
+
+
 def _reads(statement: ast.stmt, name: str) -> bool:
     """Whether a simple statement reads ``name`` (``name += 1`` and ``name[0] = 1`` do)."""
-    if name in names_read(statement):
+    if name in _names_read_now(statement):
         return True
     return isinstance(statement, ast.AugAssign) and name in stored_names(statement.target)
 
@@ -261,11 +342,11 @@ def _read_before_written(statements: list[ast.stmt], name: str) -> bool:
         elif _blocks(statement) or isinstance(
             statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
         ):
-            if name in names_read(statement) or any(
+            if name in _names_read_now(statement) or any(
                 isinstance(node, ast.AugAssign) and name in stored_names(node.target)
                 for node in ast.walk(statement)
             ):
-                return True  # loops, with, try, nested scopes: any read counts
+                return True  # loops, with, try: any read counts
         else:
             if _reads(statement, name):
                 return True
