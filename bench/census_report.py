@@ -424,11 +424,14 @@ def not_measured(census: dict[str, Any]) -> list[str]:
 
 
 def resumed_note(meta: dict[str, Any]) -> str:
-    """' for N model types (M taken from the journal)' when the run was resumed."""
+    """' (resumed: ...)' when the run carried on from an earlier run's journal."""
     resumed = meta.get("resumed")
     if not resumed:
         return ""
-    return f" for {meta['model_types'] - resumed} model types ({resumed} taken from the journal)"
+    return (
+        f" (resumed: {resumed} model types from the journal of an earlier run, "
+        f"{meta['model_types'] - resumed} measured in this one)"
+    )
 
 
 def render_markdown(census: dict[str, Any]) -> str:

@@ -56,8 +56,7 @@ def census_section(folder: Path) -> list[str]:
     lines = [
         f"#### transformers {meta['transformers']}",
         "",
-        f"`{meta['command']}`, {meta['started'][:10]}, {meta['wall_seconds'] / 60:.0f} min"
-        f"{resumed_note(meta)};"
+        f"`{meta['command']}`, {meta['started'][:10]}{resumed_note(meta)};"
         f" full tables per model in [{relative(folder / 'census.md')}]"
         f"({relative(folder / 'census.md')}).",
         "",
@@ -162,7 +161,15 @@ def render() -> list[str]:
             lines += census_section(folder)
     perf = sorted(RESULTS.glob("perf-*.json"))
     if perf:
-        lines += ["### Compile time and latency", ""]
+        lines += [
+            "### Compile time and latency",
+            "",
+            "Each arm in a fresh process with a fresh TorchInductor cache, the arms alternating "
+            "(`bench/perf.py`). On this shared 2-CPU machine a steady-state latency of a few "
+            "milliseconds is noisy: a range reaching well past 1 on both sides is noise, not "
+            "an effect.",
+            "",
+        ]
         for path in perf:
             lines += perf_section(path)
     overhead = newest_first(list(RESULTS.glob("import-overhead-*.json")))
