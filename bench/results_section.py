@@ -143,60 +143,52 @@ def import_all_line(path: Path) -> str:
     )
 
 
+def subsection(title: str, intro: str, body: list[str]) -> list[str]:
+    """A titled part of the section, or nothing when there is no result for it."""
+    return [f"### {title}", "", intro, "", *body] if body else []
+
+
 def render() -> list[str]:
     """The section's lines, from whatever ``bench/results/`` holds."""
-    lines = [BEGIN, ""]
     censuses = newest_first([path.parent for path in RESULTS.glob("census-*/census.json")])
-    if censuses:
-        lines += [
-            "### Graph-break census",
-            "",
+    overhead = newest_first(list(RESULTS.glob("import-overhead-*.json")))
+    import_all = newest_first(list(RESULTS.glob("import-all-*.json")))
+    return [
+        BEGIN,
+        "",
+        *subsection(
+            "Graph-break census",
             "Every model type in transformers' auto mappings that builds from a tiny config "
             "with random weights, with and without GraphMend, the same weights in both arms "
             "(`bench/census.py`; breaks counted completely, `fullgraph=True` compiled with the "
             "eager backend, outputs compared bitwise).",
-            "",
-        ]
-        for folder in censuses:
-            lines += census_section(folder)
-    perf = sorted(RESULTS.glob("perf-*.json"))
-    if perf:
-        lines += [
-            "### Compile time and latency",
-            "",
+            [line for folder in censuses for line in census_section(folder)],
+        ),
+        *subsection(
+            "Compile time and latency",
             "Each arm in a fresh process with a fresh TorchInductor cache, the arms alternating "
             "(`bench/perf.py`). On this shared 2-CPU machine a steady-state latency of a few "
             "milliseconds is noisy: a range reaching well past 1 on both sides is noise, not "
             "an effect.",
-            "",
-        ]
-        for path in perf:
-            lines += perf_section(path)
-    overhead = newest_first(list(RESULTS.glob("import-overhead-*.json")))
-    if overhead:
-        lines += [
-            "### Import overhead",
-            "",
+            [line for path in sorted(RESULTS.glob("perf-*.json")) for line in perf_section(path)],
+        ),
+        *subsection(
+            "Import overhead",
             "`import transformers.models.llama.modeling_llama` in a fresh process "
             "(`python bench/import_overhead.py --rounds 9`): median ratio against a plain "
             'import in the same round, interquartile range in brackets. "Modeling modules '
             'only" times the import after torch and transformers are loaded.',
-            "",
-            *import_overhead_rows(overhead),
-        ]
-    import_all = newest_first(list(RESULTS.glob("import-all-*.json")))
-    if import_all:
-        lines += [
-            "### Every modeling module imports",
-            "",
+            import_overhead_rows(overhead) if overhead else [],
+        ),
+        *subsection(
+            "Every modeling module imports",
             "Importing every `transformers.models.*.modeling_*` module under the hook "
             "(`python bench/import_all_models.py`) succeeds exactly where it succeeds without "
             "it (the modules that do not import need TensorFlow, Flax, JAX or torchaudio):",
-            "",
-            *(import_all_line(path) for path in import_all),
-            "",
-        ]
-    return [*lines, END]
+            [*(import_all_line(path) for path in import_all), ""] if import_all else [],
+        ),
+        END,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
