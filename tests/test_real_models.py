@@ -14,6 +14,7 @@ import pytest
 import transformers
 from packaging.version import Version
 
+from helpers.model_probe import FAILING_INPUTS
 from helpers.processes import run_python
 
 PROBE = Path(__file__).parent / "helpers" / "model_probe.py"
@@ -96,3 +97,10 @@ def test_model_compiles_as_one_graph_with_graphmend_bit_identical(probes, case):
         assert mended["graphs"] < plain["graphs"]
     assert mended["fullgraph"] is True, mended.get("error")
     assert mended["identical"] is True
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if case in FAILING_INPUTS])
+def test_failing_guard_raises_the_original_exception_when_compiled(probes, case):
+    failing = probes["graphmend"][case]["failing"]
+    assert failing["eager"] is not None
+    assert failing["compiled"] == failing["eager"]

@@ -226,6 +226,28 @@ def tiny_remote_model():
     return model, {"input_ids": _ids(config.vocab_size, (2, 16))}
 
 
+# Inputs that fail a case's guard: a compiled call must raise what eager raises.
+FAILING_INPUTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    # lengths longer than the sequence: `assert lengths.max().item() <= slen`
+    "xlm_length_assert": lambda inputs: {**inputs, "lengths": torch.tensor([8, 7])},
+    "flaubert_length_assert": lambda inputs: {**inputs, "lengths": torch.tensor([8, 7])},
+    # 4*4 + 2*3 != 20 positions: `raise ValueError(...)`; same shapes, so the
+    # compiled graph is reused and its lowered guard decides
+    "grounding_dino_spatial_shapes_guard": lambda inputs: {
+        **inputs,
+        "spatial_shapes": torch.tensor([[4, 4], [2, 3]]),
+    },
+}
+
+
+def _error(call: Callable[[], Any]) -> str | None:
+    try:
+        call()
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def _leaves(output: Any) -> list[torch.Tensor]:
     if isinstance(output, torch.Tensor):
         return [output]
@@ -277,6 +299,12 @@ def probe(name: str) -> dict[str, Any]:
             result["error"] = str(error).splitlines()[0]
         else:
             result["fullgraph"] = True
+            if name in FAILING_INPUTS:
+                failing = FAILING_INPUTS[name](inputs)
+                result["failing"] = {
+                    "eager": _error(lambda: model(**failing)),
+                    "compiled": _error(lambda: compiled_call(**failing)),
+                }
             # Outputs, and the module's buffers (predicated stores write them in place).
             buffers = dict(model.named_buffers())
             compiled_buffers = dict(compiled_model.named_buffers())
