@@ -12,11 +12,14 @@ the first saves the weights and inputs, the second loads them with
 each arm, and eager against eager across the arms.
 
     python bench/census.py [--only REGEX] [--jobs N] [--dtype float32,float16]
-                           [--backend eager] [--timeout S] [--out DIR]
+                           [--backend eager] [--timeout S] [--out DIR] [--resume]
 
 Writes ``census.json`` (everything), ``census.md`` and ``breaks.png`` to
 ``--out`` (default ``bench/results/census-<transformers version>/``);
 ``bench/census_report.py`` renders them and documents the break categories.
+Each finished model is appended to ``census.partial.jsonl`` there at once;
+``--resume`` keeps those results and measures only the model types missing
+from it (the journal is removed when the run completes).
 
 Every ``--jobs`` slot has one server process per arm that imports torch and
 transformers once (the GraphMend server calls ``graphmend.install()`` first)
