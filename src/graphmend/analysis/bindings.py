@@ -143,7 +143,8 @@ def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     Follows the statements that can run next: the rest of the site's block, then
     of each enclosing block, a loop's whole body again (its next iteration) and
     the handlers and ``finally`` of an enclosing ``try``.  Conservative: a read
-    in any nested function or lambda of ``function`` counts (it may run later).
+    in any nested function or lambda of ``function`` counts (it may run later),
+    unless that function binds ``name`` itself (see :func:`_reads_enclosing`).
     """
     if any(_reads_enclosing(inner, name) for inner in _nested_scopes(function)):
         return True
