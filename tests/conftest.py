@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 import graphmend
-from helpers.modules import import_rewritten
+from helpers.modules import import_plain, import_rewritten
 
 _counter = itertools.count()
 
@@ -61,5 +61,19 @@ def load_rewritten(tmp_path: Path) -> Callable[[str], ModuleType]:
 
     def load(source: str) -> ModuleType:
         return import_rewritten(directory, f"gm_fixture_{os.getpid()}_{next(_counter)}", source)
+
+    return load
+
+
+@pytest.fixture
+def load_both(tmp_path: Path) -> Callable[[str], tuple[ModuleType, ModuleType]]:
+    """Import ``source`` twice, as fresh modules: plainly, and claimed by the hook."""
+    directory = tmp_path / "both"
+    directory.mkdir()
+
+    def load(source: str) -> tuple[ModuleType, ModuleType]:
+        plain = import_plain(directory, f"gm_plain_{os.getpid()}_{next(_counter)}", source)
+        name = f"gm_fixture_{os.getpid()}_{next(_counter)}"
+        return plain, import_rewritten(directory, name, source)
 
     return load

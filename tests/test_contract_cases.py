@@ -124,7 +124,7 @@ def test_store_by_index_then_rebind():
         out = torch.zeros(3)
         return wrap(module["f"])(torch.ones(3), out), out
 
-    _declined(alike(source, scenario), "stores into out by index and rebinds it")
+    _declined(alike(source, scenario), "stores into out by index and a branch rebinds it")
 
 
 def test_global_store_in_a_branch():

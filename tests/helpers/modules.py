@@ -14,10 +14,15 @@ from graphmend.config import Config
 
 def import_rewritten(directory: Path, name: str, source: str) -> ModuleType:
     """Write ``source`` as module ``name`` in ``directory`` and import it, claimed by the hook."""
+    with install_config(Config(packages=(name,), cache_dir=directory / "cache")):
+        return import_plain(directory, name, source)
+
+
+def import_plain(directory: Path, name: str, source: str) -> ModuleType:
+    """Write ``source`` as module ``name`` in ``directory`` and import it."""
     (directory / f"{name}.py").write_text(textwrap.dedent(source))
     sys.path.insert(0, str(directory))
     try:
-        with install_config(Config(packages=(name,), cache_dir=directory / "cache")):
-            return importlib.import_module(name)
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(directory))

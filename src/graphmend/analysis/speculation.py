@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import is_attribute_chain, is_name_target
+from graphmend.analysis.host_reads import HostReads
 from graphmend.analysis.purity import (
     PURE_BUILTINS,
     PURE_TENSOR_METHODS,
@@ -52,16 +53,28 @@ class BranchFacts:
 
 
 class SpeculationChecker:
-    """Checks expressions of a branch; collects :class:`BranchFacts`."""
+    """Checks expressions of a branch; collects :class:`BranchFacts`.
 
-    def __init__(self, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> None:
+    ``in_branch``: the expressions run inside a generated branch function (T1),
+    where reading tensor data on the host would break the graph inside it (or
+    make ``torch.cond`` fail), so host reads are refused too.
+    """
+
+    def __init__(
+        self, scopes: ModuleScopes, functions: Sequence[ast.AST], *, in_branch: bool = False
+    ) -> None:
         self.scopes = scopes
         self.functions = functions
+        self.in_branch = in_branch
         self.facts = BranchFacts()
         self._checking: set[str] = set()
 
     def expression(self, expr: ast.expr) -> None:
         """Record any reason ``expr`` cannot be evaluated ahead of time."""
+        if self.in_branch:
+            host_read = HostReads(self.scopes, self.functions).problem(expr)
+            if host_read is not None:
+                self.facts.refuse(host_read)
         for node in ast.walk(expr):
             if isinstance(node, ast.NamedExpr):
                 self.facts.refuse("it assigns a name with :=")
@@ -77,6 +90,18 @@ class SpeculationChecker:
                 self._operator(node)
             elif isinstance(node, ast.Call):
                 self._call(node)
+
+    def condition(self, test: ast.expr) -> None:
+        """Check the condition of an ``if`` nested in a branch: its ``and``/``or``/``not``
+        are combined on the device (:mod:`graphmend.rewrites.conditions`), so only their
+        operands are checked as expressions."""
+        if isinstance(test, ast.BoolOp):
+            for value in test.values:
+                self.condition(value)
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            self.condition(test.operand)
+        else:
+            self.expression(test)
 
     def _subscript(self, node: ast.Subscript) -> None:
         if not _is_basic_index(node.slice):

@@ -70,6 +70,7 @@ class _Slots:
     # slot name -> (the stored attribute, its buffer persistence or None for a plain store)
     attributes: dict[str, tuple[ast.Attribute, bool | None]] = field(default_factory=dict)
     items: list[str] = field(default_factory=list)  # local tensors stored into by index
+    rebound: set[str] = field(default_factory=set)  # locals any branch assigns
 
     def attribute_slot(self, target: ast.Attribute, persistent: bool | None = None) -> str:
         key = ast.dump(target)
@@ -99,11 +100,10 @@ class _ArmState:
 
     assigned: set[str] = field(default_factory=set)  # local names bound
     stored: set[str] = field(default_factory=set)  # attributes stored into (source text)
-    indexed: set[str] = field(default_factory=set)  # locals stored into by index
     slots: set[str] = field(default_factory=set)  # slot locals and indexed names written
 
     def copy(self) -> _ArmState:
-        return _ArmState(set(self.assigned), set(self.stored), set(self.indexed), set(self.slots))
+        return _ArmState(set(self.assigned), set(self.stored), set(self.slots))
 
 
 class PredicateRewrite(FunctionStatementRewriter):
@@ -221,7 +221,9 @@ class _Site:
         self.checker = (
             parent.checker
             if parent
-            else SpeculationChecker(self.module.scopes, rewriter.enclosing.functions)
+            else SpeculationChecker(
+                self.module.scopes, rewriter.enclosing.functions, in_branch=True
+            )
         )
         self.slots = parent.slots if parent else _Slots(self.module.fresh_identifier)
         self.state = state or _ArmState()  # what the enclosing branch did before this site
@@ -317,13 +319,6 @@ class _Site:
             ast.Constant(self.facts.expensive),
             _tuple(in_place),
         )
-        chooser = ast.If(
-            test=ast.Compare(
-                left=load(merged_name), ops=[ast.IsNot()], comparators=[ast.Constant(None)]
-            ),
-            body=self._unpack(merged_name),
-            orelse=[self._fallback(condition_name)],
-        )
         return [
             *copy.deepcopy(self.hoisted),
             *prelude,
@@ -331,7 +326,7 @@ class _Site:
             then_function,
             else_function,
             ast.Assign(targets=[store(merged_name)], value=call),
-            chooser,
+            *self._choose(merged_name, condition_name),
         ]
 
     def _module_reads(self, *states: _ArmState) -> list[ast.expr]:
@@ -355,16 +350,25 @@ class _Site:
         names = ast.Tuple(elts=[store(n) for n in self.outputs], ctx=ast.Store())
         return [ast.Assign(targets=[names], value=load(merged_name))]
 
-    def _fallback(self, condition_name: str) -> ast.If:
-        """The original branches, decided on the host (the original graph break)."""
+    def _choose(self, merged_name: str, condition_name: str) -> list[ast.stmt]:
+        """Take the merged results; else run the original branches, decided on the host
+        (the original graph break).  Inside a branch function a host read would break
+        the graph there: the function returns ``None`` and the enclosing merge fails."""
         if self.nested:
-            # Inside a branch function, even the fallback must not store anything.
-            then_fallback = self._transform(self.then_arm, self.state.copy()) or [ast.Pass()]
-            else_fallback = self._transform(self.else_arm, self.state.copy())
-        else:
-            then_fallback = copy.deepcopy(self.then_arm) or [ast.Pass()]
-            else_fallback = copy.deepcopy(self.else_arm)
-        return ast.If(test=load(condition_name), body=then_fallback, orelse=else_fallback)
+            failed = ast.Compare(
+                left=load(merged_name), ops=[ast.Is()], comparators=[ast.Constant(None)]
+            )
+            give_up = ast.If(test=failed, body=[ast.Return(ast.Constant(None))], orelse=[])
+            return [give_up, *self._unpack(merged_name)]
+        merged = ast.Compare(
+            left=load(merged_name), ops=[ast.IsNot()], comparators=[ast.Constant(None)]
+        )
+        fallback = ast.If(
+            test=load(condition_name),
+            body=copy.deepcopy(self.then_arm) or [ast.Pass()],
+            orelse=copy.deepcopy(self.else_arm),
+        )
+        return [ast.If(test=merged, body=self._unpack(merged_name), orelse=[fallback])]
 
     def _function(
         self, name: str, arm: list[ast.stmt], body: list[ast.stmt]
@@ -455,7 +459,7 @@ class _Site:
         """A nested ``if`` (an ``elif``) predicated inside the branch function."""
         if _is_guard(statement):
             raise Decline(f"a branch raises (line {statement.lineno})")
-        self.checker.expression(statement.test)  # evaluated ahead of time too
+        self.checker.condition(statement.test)  # evaluated ahead of time too
         nested = _Site(
             self.rewriter,
             statement,
@@ -482,6 +486,7 @@ class _Site:
             names = set().union(*(stored_names(t) for t in targets))
             self._check_locals(names, state)
             state.assigned |= names
+            self.slots.rebound |= names
             return [ast.Assign(targets=[copy.deepcopy(t) for t in targets], value=value)]
         if len(targets) != 1:
             raise Decline("a chained assignment stores into something other than names")
@@ -491,12 +496,13 @@ class _Site:
             return self._store_attribute(target, value, state, persistent=None)
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
             name = target.value.id
-            if name in state.assigned:
-                raise Decline(f"a branch both rebinds {name} and stores into it by index")
+            if name in state.assigned or name in self.slots.rebound:
+                # The write-back reaches the object the name held before the if; a
+                # branch that rebinds the name must leave that object as it was.
+                raise Decline(f"a branch rebinds {name} and a branch stores into it by index")
             self._check_index(target.slice)
             if name not in self.slots.items:
                 self.slots.items.append(name)
-            state.indexed.add(name)
             state.slots.add(name)
             update = runtime_call("assign_item", load(name), copy.deepcopy(target.slice), value)
             return [ast.Assign(targets=[store(name)], value=update)]
@@ -515,8 +521,8 @@ class _Site:
         for name in sorted(names):
             if name not in self.module.scopes.locals_of(function):
                 raise Decline(f"a branch assigns {name}, a global or nonlocal name")
-            if name in state.indexed:
-                raise Decline(f"a branch both stores into {name} by index and rebinds it")
+            if name in self.slots.items:
+                raise Decline(f"a branch stores into {name} by index and a branch rebinds it")
 
     def _check_index(self, index: ast.expr) -> None:
         problem = speculation_problem(index, self.module.scopes, self.rewriter.enclosing.functions)
@@ -566,7 +572,9 @@ class _ConditionalExpressions(ast.NodeTransformer):
         if not self.rewriter.may_hold_tensor_data(node.test):
             return self.generic_visit(node)
         module = self.rewriter.module
-        checker = SpeculationChecker(module.scopes, self.rewriter.enclosing.functions)
+        checker = SpeculationChecker(
+            module.scopes, self.rewriter.enclosing.functions, in_branch=True
+        )
         names = module.fresh_names("then", "else")
         branches = []
         for label, value in (("then", node.body), ("else", node.orelse)):

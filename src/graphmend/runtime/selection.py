@@ -105,7 +105,8 @@ def branch(
 
     The last ``len(in_place)`` results are new values for tensors the
     branches update (a module buffer, a tensor indexed and stored into): they
-    are written into those tensors in place, and not returned.
+    are written into those tensors in place, and not returned.  A branch
+    function returns ``None`` when an ``if`` nested in it cannot be merged.
     """
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
@@ -114,6 +115,8 @@ def branch(
     predicate = truth(condition)
     then_values = then_function(*then_arguments)
     else_values = else_function(*else_arguments)
+    if then_values is None or else_values is None:
+        return None
     plan = _merge_plan(then_values, else_values)
     if plan is None or _records_gradients(then_values + else_values):
         return None
