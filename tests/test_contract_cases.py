@@ -79,7 +79,7 @@ class M(torch.nn.Module):
 def _module_scenario(x):
     def scenario(module, wrap):
         model = module["M"]()
-        return wrap(model)(x), model.a
+        return wrap(model)(x.clone()), model.a
 
     return scenario
 
@@ -108,6 +108,42 @@ def test_store_inside_a_nested_if_is_kept(x):
             y = x
         return y"""
     alike(BUFFER_MODULE.format(body=body.strip()), _module_scenario(x))
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)])
+def test_a_stored_tensor_updated_in_place_afterwards(x):
+    # issue 10 item 7: self.a is x, so the add_ shows in it
+    body = """
+        if x.sum() > 0:
+            self.a = x
+        x.add_(1)
+        return self.a"""
+    findings = alike(BUFFER_MODULE.format(body=body.strip()), _module_scenario(x))
+    _declined(findings, "other names may hold that tensor")
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)])
+def test_a_new_tensor_stored_is_predicated(x):
+    body = """
+        if x.sum() > 0:
+            doubled = x * 2
+            self.a = doubled.abs()
+        x.add_(1)
+        return self.a"""
+    findings = alike(BUFFER_MODULE.format(body=body.strip()), _module_scenario(x))
+    assert [f.decision for f in findings] == [Decision.REWRITTEN]
+
+
+def test_a_stored_local_used_afterwards_is_declined():
+    source = BUFFER_MODULE.format(
+        body="""
+        y = x
+        if x.sum() > 0:
+            y = x * 2
+            self.a = y
+        return y""".strip()
+    )
+    _declined(_modules(source)[2], "self.a: other names may hold that tensor")
 
 
 def test_store_by_index_then_rebind():

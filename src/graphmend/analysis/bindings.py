@@ -154,13 +154,16 @@ def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
 
 def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     """Whether the object ``name`` holds may be updated in place after ``site``
-    (``name += ...``, ``name[...] = ...``, ``name.add_(...)``, ``out=name``)."""
+    (``name += ...``, ``name[...] = ...``, ``name.add_(...)``, ``out=name``).
+
+    ``name`` may also be an attribute chain, as written (``self.inv_freq``).
+    """
     continuation = _continuation(function, site)
     if continuation is None:
         return True
     for statement in continuation:
         for node in ast.walk(statement):
-            if isinstance(node, ast.AugAssign) and name in stored_names(node.target):
+            if isinstance(node, ast.AugAssign) and _is_name(node.target, name):
                 return True
             if (
                 isinstance(node, ast.Subscript | ast.Attribute)
@@ -183,7 +186,11 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
 
 
 def _is_name(expr: ast.expr, name: str) -> bool:
-    return isinstance(expr, ast.Name) and expr.id == name
+    """Whether ``expr`` is the name or attribute chain ``name``."""
+    if isinstance(expr, ast.Name):
+        return expr.id == name
+    chain = isinstance(expr, ast.Attribute) and is_attribute_chain(expr)
+    return chain and ast.unparse(expr) == name
 
 
 def _nested_scopes(function: FunctionNode) -> list[ast.AST]:

@@ -38,6 +38,7 @@ import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from graphmend.analysis.aliasing import is_new_tensor
 from graphmend.analysis.bindings import (
     assigned_on_every_path,
     is_attribute_chain,
@@ -101,9 +102,10 @@ class _ArmState:
     assigned: set[str] = field(default_factory=set)  # local names bound
     stored: set[str] = field(default_factory=set)  # attributes stored into (source text)
     slots: set[str] = field(default_factory=set)  # slot locals and indexed names written
+    new: set[str] = field(default_factory=set)  # locals holding a tensor the branch made
 
     def copy(self) -> _ArmState:
-        return _ArmState(set(self.assigned), set(self.stored), set(self.slots))
+        return _ArmState(set(self.assigned), set(self.stored), set(self.slots), set(self.new))
 
 
 class PredicateRewrite(FunctionStatementRewriter):
@@ -487,6 +489,10 @@ class _Site:
             self._check_locals(names, state)
             state.assigned |= names
             self.slots.rebound |= names
+            state.new -= names
+            only = targets[0] if len(targets) == 1 else None
+            if isinstance(only, ast.Name) and self._is_new(value, state):
+                state.new.add(only.id)
             return [ast.Assign(targets=[copy.deepcopy(t) for t in targets], value=value)]
         if len(targets) != 1:
             raise Decline("a chained assignment stores into something other than names")
@@ -511,10 +517,41 @@ class _Site:
     def _store_attribute(
         self, target: ast.Attribute, value: ast.expr, state: _ArmState, persistent: bool | None
     ) -> list[ast.stmt]:
+        self._check_not_shared(target, value, state)
         slot = self.slots.attribute_slot(target, persistent)
         state.stored.add(ast.unparse(target))
         state.slots.add(slot)
         return [ast.Assign(targets=[store(slot)], value=value)]
+
+    def _is_new(self, value: ast.expr, state: _ArmState) -> bool:
+        functions = self.rewriter.enclosing.functions
+        return is_new_tensor(value, self.module.scopes, functions, state.new)
+
+    def _check_not_shared(self, target: ast.Attribute, value: ast.expr, state: _ArmState) -> None:
+        """A predicated store writes a copy into the tensor already stored: exact only when no
+        other name holds the stored value (issue 10 item 7: ``self.buf = x``, then
+        ``x.add_(1)``, must show in ``self.buf``)."""
+        function = self.rewriter.enclosing.functions[-1]
+        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        if self._is_new(value, state):
+            escapes = isinstance(value, ast.Name) and live_after(function, self.statement, value.id)
+            if not escapes:
+                return
+        # module state (Phi-3 LongRoPE stores self.long_inv_freq into a buffer): exact
+        # while neither is updated in place afterwards
+        elif (
+            isinstance(value, ast.Attribute)
+            and is_attribute_chain(value)
+            and not any(
+                used_in_place_after(function, self.statement, ast.unparse(chain))
+                for chain in (value, target)
+            )
+        ):
+            return
+        raise Decline(
+            f"a branch stores {ast.unparse(value)} into {ast.unparse(target)}: other names may "
+            "hold that tensor, and a predicated store writes a copy"
+        )
 
     def _check_locals(self, names: set[str], state: _ArmState) -> None:
         function = self.rewriter.enclosing.functions[-1]
