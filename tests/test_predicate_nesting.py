@@ -144,12 +144,13 @@ def f(x):
 
 
 def test_host_reads_in_a_nested_condition_are_declined():
+    # compared with something other than a number, the host read could stay on the host
     source = """
 import torch
-def f(x):
+def f(x, limit):
     y = x
     if x.sum() > 0:
-        if x.max().item() > 1:
+        if x.max().item() > limit:
             y = x * 2
     return y
 """
@@ -168,6 +169,8 @@ def f(x, mask=None, scale: float = 2.0):
     if x.sum() > 0:
         y = x * scale if mask is None else x.masked_fill(mask, 0.0)
         y = y[: x.shape[0] // 2 if x.dim() > 1 else 1]
+    elif float(x.max()) < 0.5 or x.min().item() > -2:
+        y = x * 3
     return y
 """
     (finding,) = rewrite(source, "<case>", {"predicate"}).findings

@@ -20,6 +20,7 @@ from graphmend.analysis.purity import (
     PURE_BUILTINS,
     PURE_TENSOR_METHODS,
     PURE_TORCH_FUNCTIONS,
+    is_host_conversion,
     qualified_name,
 )
 from graphmend.analysis.scopes import BindingKind, ModuleScopes
@@ -101,7 +102,22 @@ class SpeculationChecker:
         elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             self.condition(test.operand)
         else:
-            self.expression(test)
+            for operand in self._compared_on_device(test):
+                self.expression(operand)
+
+    def _compared_on_device(self, test: ast.expr) -> list[ast.expr]:
+        """What a condition reads: a host read (``t.item()``, ``float(t)``) alone or compared
+        with a number is compared on the device, exactly (``runtime.conditions``), so only
+        the tensor read counts."""
+        operands = [test.left, *test.comparators] if isinstance(test, ast.Compare) else [test]
+        if len(operands) > 2 or not all(
+            _is_number(operand) or self._host_read(operand) for operand in operands
+        ):
+            return [test]
+        return [_read_value(operand) for operand in operands if isinstance(operand, ast.Call)]
+
+    def _host_read(self, expr: ast.expr) -> bool:
+        return isinstance(expr, ast.Call) and is_host_conversion(expr, self.scopes, self.functions)
 
     def _subscript(self, node: ast.Subscript) -> None:
         if not _is_basic_index(node.slice):
@@ -212,6 +228,17 @@ def speculation_problem(
     if checker.facts.problem is None and checker.facts.modules:
         return f"it calls {ast.unparse(checker.facts.modules[0])}(), a submodule"
     return checker.facts.problem
+
+
+def _is_number(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
+        expr = expr.operand
+    return isinstance(expr, ast.Constant) and type(expr.value) in (int, float, bool)
+
+
+def _read_value(call: ast.Call) -> ast.expr:
+    """The tensor ``t`` of a host read ``t.item()`` / ``float(t)``."""
+    return call.func.value if isinstance(call.func, ast.Attribute) else call.args[0]
 
 
 def _is_basic_index(index: ast.expr) -> bool:
