@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from graphmend import __version__
-from graphmend.cache import BytecodeCache
+from graphmend.cache import SHARED, Access, BytecodeCache
 from graphmend.config import Config, ConfigError
 from graphmend.discovery import DiscoveryError, discover
 from graphmend.patterns import ModuleMatcher, PatternError
@@ -181,10 +181,13 @@ def _run_config(extra: list[str]) -> Config:
 
 
 def _cache_info(config: Config) -> int:
-    info = BytecodeCache(config.cache_dir).info()
+    cache = BytecodeCache(config.cache_dir)
+    info = cache.info()
+    check = cache.check()
     state = "on" if config.cache_enabled else "off (GRAPHMEND_CACHE=0)"
     print(f"directory: {info.directory}")
     print(f"state:     {state}")
+    print(f"access:    {check.access.value}" + (f" ({check.reason})" if check.reason else ""))
     print(f"entries:   {info.entries}")
     print(f"size:      {_human_size(info.size_bytes)}")
     return 0
@@ -196,6 +199,13 @@ def _cache_warm(config: Config, patterns: list[str]) -> int:
     modules = discover(ModuleMatcher(patterns))
     if not modules:
         raise UsageError(f"no modules on sys.path match {' '.join(patterns)}")
+    cache = BytecodeCache(config.cache_dir)
+    check = cache.check()
+    if check.access is not Access.READ_WRITE or not cache.create_directories(SHARED):
+        raise UsageError(
+            f"cannot warm the cache in {config.cache_dir}: "
+            + (check.reason or "its directories cannot be created")
+        )
     rewriter = ModuleRewriter(config)
     progress = _Progress(len(modules))
     statuses: Counter[Status] = Counter()
