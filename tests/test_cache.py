@@ -327,6 +327,77 @@ def test_cli_warm_reports_what_it_cannot_do(monkeypatch, capsys):
     assert "cache is off" in capsys.readouterr().err
 
 
+SCOPE_PACKAGE = {
+    "__init__.py": "",
+    "models/__init__.py": "",
+    "models/m/__init__.py": "from . import modeling_m\n",
+    "models/m/modeling_m.py": """
+        import os
+        import gm_scope_pkg.layers.attn
+        from ...shared import helper
+        from ...lazy import thing
+        from ..missing import anything
+        from gm_scope_pkg.common import submodule, not_a_module
+        from gm_scope_pkg import outside
+
+        def f():
+            from gm_scope_pkg import in_function
+        """,
+    "shared.py": "from .deep import *\nhelper = 1\n",
+    "deep.py": "from ..... import beyond_the_top\n",
+    "layers/__init__.py": "",
+    "layers/attn.py": "",
+    "common/__init__.py": "",
+    "common/submodule.py": "",
+    "in_function.py": "",
+    "lazy/__init__.py": """
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from .impl import thing
+        """,
+    "lazy/impl.py": "thing = 1\n",
+    "lazy/other.py": "",
+    "outside.py": "from gm_scope_pkg import behind_outside\n",
+    "behind_outside.py": "",
+    "unrelated.py": "",
+}
+SCOPE = (
+    "gm_scope_pkg.models.*,gm_scope_pkg.shared,gm_scope_pkg.deep,gm_scope_pkg.layers.*,"
+    "gm_scope_pkg.common.*,gm_scope_pkg.in_function,gm_scope_pkg.behind_outside,"
+    "gm_scope_pkg.unrelated,gm_scope_pkg.lazy.*"
+)
+
+
+def test_cli_warm_follows_imports_into_the_scope(tmp_path, cache_dir, monkeypatch, capsys):
+    for relative, source in SCOPE_PACKAGE.items():
+        path = tmp_path / "pkgs" / "gm_scope_pkg" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    monkeypatch.setenv("GRAPHMEND_PACKAGES", SCOPE)
+
+    assert cli_main(["cache", "warm", "gm_scope_pkg.models.m"]) == 0
+    out = capsys.readouterr().out
+    assert "warmed 2 modules matching gm_scope_pkg.models.m and 6 modules of the scope" in out
+    warmed = {path.name.split(".", 1)[1].rsplit(".", 2)[0] for path in _entries(cache_dir)}
+    assert warmed == {
+        "models.m",
+        "models.m.modeling_m",
+        "layers.attn",
+        "shared",
+        "deep",
+        "common.submodule",
+        "in_function",
+        "lazy.impl",
+    }
+    assert not any(name.startswith("gm_scope_pkg") for name in sys.modules)
+
+    assert cli_main(["cache", "clear"]) == 0
+    assert cli_main(["cache", "warm", "--no-imports", "gm_scope_pkg.models.m"]) == 0
+    assert "warmed 2 modules matching gm_scope_pkg.models.m into" in capsys.readouterr().out
+    assert len(_entries(cache_dir)) == 2
+
+
 @posix_modes
 def test_cli_warm_makes_a_cache_others_can_read(tmp_path, cache_dir, monkeypatch, capsys):
     (tmp_path / "pkgs").mkdir()
