@@ -283,8 +283,8 @@ def _distrust(path: Path, status: os.stat_result) -> str | None:
     mode = stat.S_IMODE(status.st_mode)
     return (
         f"{path} (owner uid {status.st_uid}, mode {mode:04o}): {'; '.join(reasons)}. "
-        "Cached code runs in this process, so only directories and entries owned by "
-        "this user or root and writable by no one else are trusted"
+        "Cached code runs in every process that reads it, so only directories and entries "
+        "owned by this user or root and writable by no one else are trusted"
     )
 
 
