@@ -1,16 +1,22 @@
-"""The content-keyed bytecode cache: hits, corruption, read-only use, concurrent writers."""
+"""The content-keyed bytecode cache: hits, corruption, trust, modes, read-only use, writers.
+
+Attacks by another user (which need root) are in ``test_cache_security.py``.
+"""
 
 from __future__ import annotations
 
 import marshal
 import os
 import shutil
+import stat
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from graphmend.cache import BytecodeCache
+from graphmend import GraphMendWarning
+from graphmend.cache import Access, BytecodeCache
 from graphmend.cli import main as cli_main
 from graphmend.config import Config
 from graphmend.rewriter import ModuleRewriter, Status
@@ -126,8 +132,92 @@ def test_read_only_directory(cache_dir, module_file):
 def test_cache_directory_that_is_a_file_means_no_cache(tmp_path, module_file):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    outcome = _build(blocker, module_file)
+    with pytest.warns(GraphMendWarning, match="not-a-directory is not a directory"):
+        outcome = _build(blocker, module_file)
     assert outcome.status is Status.REWRITTEN and outcome.code is not None
+    assert BytecodeCache(blocker).check().access is Access.UNUSABLE
+
+
+posix_modes = pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@posix_modes
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o000])
+def test_directories_the_hook_creates_are_private(cache_dir, module_file, umask):
+    previous = os.umask(umask)
+    try:
+        _build(cache_dir, module_file)
+    finally:
+        os.umask(previous)
+    (entry,) = _entries(cache_dir)
+    assert _mode(cache_dir) == _mode(entry.parent) == 0o700
+
+
+@posix_modes
+@pytest.mark.parametrize(
+    ("source_mode", "entry_mode"),
+    [(0o644, 0o644), (0o640, 0o640), (0o600, 0o600), (0o444, 0o644), (0o666, 0o644)],
+)
+def test_entries_get_the_read_bits_of_their_source(cache_dir, module_file, source_mode, entry_mode):
+    module_file.chmod(source_mode)
+    _build(cache_dir, module_file)
+    (entry,) = _entries(cache_dir)
+    assert _mode(entry) == entry_mode
+
+
+@posix_modes
+@pytest.mark.parametrize("writable", [0o020, 0o002, 0o022])
+@pytest.mark.parametrize("which", ["cache-dir", "tag-dir"])
+def test_directory_others_can_write_is_not_used(cache_dir, module_file, which, writable):
+    _build(cache_dir, module_file)
+    (entry,) = _entries(cache_dir)
+    directory = cache_dir if which == "cache-dir" else entry.parent
+    directory.chmod(0o700 | writable)
+    with pytest.warns(GraphMendWarning, match=rf"{directory} \(owner .*can write it") as caught:
+        first = _build(cache_dir, module_file)
+        second = _build(cache_dir, module_file)
+    assert (first.status, second.status) == (Status.REWRITTEN, Status.REWRITTEN)
+    assert first.code is not None
+    assert len(caught) == 1  # once per directory and process
+    assert f"mode {0o700 | writable:04o}" in str(caught[0].message)
+    assert _entries(cache_dir) == [entry]
+    assert BytecodeCache(cache_dir).check().access is Access.UNUSABLE
+    assert BytecodeCache(cache_dir).info().entries == 0
+    assert BytecodeCache(cache_dir).clear() == 0
+    assert entry.exists()
+
+
+@posix_modes
+@pytest.mark.parametrize("writable", [0o020, 0o002])
+def test_entry_others_can_write_is_not_used_but_replaced(cache_dir, module_file, writable):
+    _build(cache_dir, module_file)
+    (entry,) = _entries(cache_dir)
+    entry.chmod(0o644 | writable)
+    with pytest.warns(GraphMendWarning, match=rf"{entry} \(owner .*can write it"):
+        assert _build(cache_dir, module_file).status is Status.REWRITTEN
+    assert _mode(entry) == 0o644
+    assert _build(cache_dir, module_file).status is Status.CACHE_HIT
+
+
+@posix_modes
+def test_symlinked_entry_is_not_followed(cache_dir, module_file, tmp_path):
+    _build(cache_dir, module_file)
+    (entry,) = _entries(cache_dir)
+    elsewhere = tmp_path / "elsewhere.gmc"
+    entry.rename(elsewhere)
+    entry.symlink_to(elsewhere)
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+
+
+def test_check_says_whether_the_cache_can_be_read_and_written(cache_dir, module_file):
+    assert BytecodeCache(cache_dir).check().access is Access.READ_WRITE  # created when needed
+    _build(cache_dir, module_file)
+    assert BytecodeCache(cache_dir).check().access is Access.READ_WRITE
+    assert BytecodeCache(cache_dir / "a" / "b").check().access is Access.READ_WRITE
 
 
 def test_cache_off_writes_nothing(cache_dir, module_file):
@@ -235,3 +325,102 @@ def test_cli_warm_reports_what_it_cannot_do(monkeypatch, capsys):
     monkeypatch.setenv("GRAPHMEND_CACHE", "0")
     assert cli_main(["cache", "warm", "graphmend"]) == 2
     assert "cache is off" in capsys.readouterr().err
+
+
+SCOPE_PACKAGE = {
+    "__init__.py": "",
+    "models/__init__.py": "",
+    "models/m/__init__.py": "from . import modeling_m\n",
+    "models/m/modeling_m.py": """
+        import os
+        import gm_scope_pkg.layers.attn
+        from ...shared import helper
+        from ...lazy import thing
+        from ..missing import anything
+        from gm_scope_pkg.common import submodule, not_a_module
+        from gm_scope_pkg import outside
+
+        def f():
+            from gm_scope_pkg import in_function
+        """,
+    "shared.py": "from .deep import *\nhelper = 1\n",
+    "deep.py": "from ..... import beyond_the_top\n",
+    "layers/__init__.py": "",
+    "layers/attn.py": "",
+    "common/__init__.py": "",
+    "common/submodule.py": "",
+    "in_function.py": "",
+    "lazy/__init__.py": """
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from .impl import thing
+        """,
+    "lazy/impl.py": "thing = 1\n",
+    "lazy/other.py": "",
+    "outside.py": "from gm_scope_pkg import behind_outside\n",
+    "behind_outside.py": "",
+    "unrelated.py": "",
+}
+SCOPE = (
+    "gm_scope_pkg.models.*,gm_scope_pkg.shared,gm_scope_pkg.deep,gm_scope_pkg.layers.*,"
+    "gm_scope_pkg.common.*,gm_scope_pkg.in_function,gm_scope_pkg.behind_outside,"
+    "gm_scope_pkg.unrelated,gm_scope_pkg.lazy.*"
+)
+
+
+def test_cli_warm_follows_imports_into_the_scope(tmp_path, cache_dir, monkeypatch, capsys):
+    for relative, source in SCOPE_PACKAGE.items():
+        path = tmp_path / "pkgs" / "gm_scope_pkg" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    monkeypatch.setenv("GRAPHMEND_PACKAGES", SCOPE)
+
+    assert cli_main(["cache", "warm", "gm_scope_pkg.models.m"]) == 0
+    out = capsys.readouterr().out
+    assert "warmed 2 modules matching gm_scope_pkg.models.m and 6 modules of the scope" in out
+    warmed = {path.name.split(".", 1)[1].rsplit(".", 2)[0] for path in _entries(cache_dir)}
+    assert warmed == {
+        "models.m",
+        "models.m.modeling_m",
+        "layers.attn",
+        "shared",
+        "deep",
+        "common.submodule",
+        "in_function",
+        "lazy.impl",
+    }
+    assert not any(name.startswith("gm_scope_pkg") for name in sys.modules)
+
+    assert cli_main(["cache", "clear"]) == 0
+    assert cli_main(["cache", "warm", "--no-imports", "gm_scope_pkg.models.m"]) == 0
+    assert "warmed 2 modules matching gm_scope_pkg.models.m into" in capsys.readouterr().out
+    assert len(_entries(cache_dir)) == 2
+
+
+@posix_modes
+def test_cli_warm_makes_a_cache_others_can_read(tmp_path, cache_dir, monkeypatch, capsys):
+    (tmp_path / "pkgs").mkdir()
+    (tmp_path / "pkgs" / "gm_warm_one.py").write_bytes(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    previous = os.umask(0o077)
+    try:
+        assert cli_main(["cache", "warm", "gm_warm_one"]) == 0
+    finally:
+        os.umask(previous)
+    (entry,) = _entries(cache_dir)
+    assert _mode(cache_dir) == _mode(entry.parent) == 0o755
+    assert cli_main(["cache", "info"]) == 0
+    assert "access:    read-write\n" in capsys.readouterr().out
+
+
+@posix_modes
+def test_cli_warm_refuses_a_cache_others_can_write(tmp_path, cache_dir, capsys):
+    cache_dir.mkdir(mode=0o700)
+    cache_dir.chmod(0o777)
+    assert cli_main(["cache", "warm", "graphmend.config"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot warm the cache in {cache_dir}" in err and "others can write it" in err
+    with pytest.warns(GraphMendWarning, match="others can write it"):
+        assert cli_main(["cache", "info"]) == 0
+    assert "access:    unusable (" in capsys.readouterr().out

@@ -9,6 +9,18 @@ renamed into place, so concurrent processes (every rank of a ``torchrun`` job)
 never read a torn entry; a short, corrupt or mismatched entry is ignored and
 rebuilt; a directory that cannot be written is used read-only.
 
+Entries are code that the process runs, and their key is computed from public
+inputs, so whoever can write the cache can run code in every process that reads
+it.  Only directories and entries owned by this user or by root and writable by
+no one else are used (each checked when opened: an entry's owner and mode are
+read from the open file); anything else means no cache, with one
+:class:`~graphmend.GraphMendWarning` per directory.  The import hook creates its
+directories 0700; ``cache warm`` creates them 0755, for a cache that one user
+fills and others read.  An entry gets the read bits of its source file, as
+CPython gives a ``.pyc`` (it reveals nothing its source does not), and only its
+owner may write it.  What lies above the cache directory is the user's business,
+as for pip's cache or CPython's ``__pycache__``.
+
 This is GraphMend's own cache, like TorchInductor's: ``PYTHONDONTWRITEBYTECODE``
 does not switch it off; ``GRAPHMEND_CACHE=0`` does.
 """
@@ -20,11 +32,14 @@ import importlib.util
 import json
 import marshal
 import os
+import stat
 import struct
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import Enum
 from functools import cache
 from pathlib import Path
 from types import CodeType
@@ -32,6 +47,16 @@ from types import CodeType
 _MAGIC = b"GMC1"
 _HEADER = struct.Struct("<4s32s16sI")  # magic, key digest, payload checksum, metadata length
 SUFFIX = ".gmc"
+
+#: The mode of the directories the import hook creates: this user's alone.
+PRIVATE = 0o700
+#: The mode of the directories ``cache warm`` creates: others may read, never write.
+SHARED = 0o755
+
+# Ownership and modes mean nothing on Windows, whose ACLs are the user profile's business.
+_CHECKS_OWNERS = hasattr(os, "geteuid")
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+_warned: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -49,6 +74,22 @@ class CacheInfo:
     directory: Path
     entries: int
     size_bytes: int
+
+
+class Access(str, Enum):
+    """What this process may do with a cache directory."""
+
+    READ_WRITE = "read-write"
+    READ_ONLY = "read-only"
+    UNUSABLE = "unusable"
+
+
+@dataclass(frozen=True)
+class CacheCheck:
+    """The answer of :meth:`BytecodeCache.check`: the access and, when not read-write, why."""
+
+    access: Access
+    reason: str = ""
 
 
 @cache
@@ -97,11 +138,10 @@ class BytecodeCache:
 
     def load(self, module_name: str, key: bytes) -> CacheEntry | None:
         """The entry for ``key``, or ``None`` when missing, unreadable or not trustworthy."""
-        try:
-            data = self.path_for(module_name, key).read_bytes()
-        except OSError:
+        if not self._usable():
             return None
-        if len(data) < _HEADER.size:
+        data = _read_entry(self.path_for(module_name, key))
+        if data is None or len(data) < _HEADER.size:
             return None
         magic, stored_key, checksum, meta_length = _HEADER.unpack_from(data)
         payload = data[_HEADER.size :]
@@ -128,18 +168,23 @@ class BytecodeCache:
         code: CodeType,
         summary: dict[str, dict[str, int]],
     ) -> bool:
-        """Write an entry atomically; False when the directory cannot be written."""
+        """Write an entry atomically; False when the directory cannot be written.
+
+        The entry gets the read bits of the file ``code`` was compiled from.
+        """
         meta = json.dumps({"summary": summary}).encode()
         payload = meta + marshal.dumps(code)
         header = _HEADER.pack(_MAGIC, key, _checksum(payload), len(meta))
         target = self.path_for(module_name, key)
+        if not self.create_directories(PRIVATE):
+            return False
         temporary: Path | None = None
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(
                 dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False
             ) as handle:
                 temporary = Path(handle.name)
+                os.chmod(temporary, _entry_mode(code.co_filename))
                 handle.write(header + payload)
             os.replace(temporary, target)
         except OSError:
@@ -148,24 +193,181 @@ class BytecodeCache:
             return False
         return True
 
-    def _files(self) -> Iterator[Path]:
-        if self.directory.is_dir():
-            yield from (path for path in self.directory.rglob(f"*{SUFFIX}") if path.is_file())
+    def create_directories(self, mode: int) -> bool:
+        """Create the missing cache directories with ``mode``; whether all are usable."""
+        for directory in (self.directory, self._tag_dir):
+            try:
+                _make_directory(directory, mode)
+            except OSError:
+                return False
+            if not self._trusted(directory):
+                return False
+        return True
+
+    def check(self) -> CacheCheck:
+        """Whether this process can read and write the cache; creates nothing, warns nothing."""
+        for directory in (self.directory, self._tag_dir):
+            try:
+                problem = _directory_problem(directory)
+            except FileNotFoundError:
+                return _creatable(directory)
+            if problem is not None:
+                return CacheCheck(Access.UNUSABLE, problem)
+        if not os.access(self._tag_dir, os.X_OK):
+            return CacheCheck(Access.UNUSABLE, f"{self._tag_dir} cannot be entered by this user")
+        if not os.access(self._tag_dir, os.W_OK):
+            return CacheCheck(
+                Access.READ_ONLY,
+                f"{self._tag_dir} is not writable by this user: entries are read, none written",
+            )
+        return CacheCheck(Access.READ_WRITE)
+
+    def _usable(self) -> bool:
+        return all(self._trusted(directory) for directory in (self.directory, self._tag_dir))
+
+    @staticmethod
+    def _trusted(directory: Path) -> bool:
+        """Whether ``directory`` exists and may be used; warns once when it may not."""
+        try:
+            problem = _directory_problem(directory)
+        except FileNotFoundError:
+            return False
+        if problem is not None:
+            _warn_once(directory, problem)
+        return problem is None
+
+    def _tag_directories(self) -> Iterator[Path]:
+        """The trusted directory of every interpreter that stored entries here."""
+        if not self._trusted(self.directory):
+            return
+        with os.scandir(self.directory) as children:
+            tag_dirs = sorted(Path(child.path) for child in children if child.is_dir())
+        yield from (tag_dir for tag_dir in tag_dirs if self._trusted(tag_dir))
 
     def info(self) -> CacheInfo:
         """Where the cache is, how many entries it holds and their total size."""
-        sizes = [path.stat().st_size for path in self._files()]
+        sizes = [
+            path.stat().st_size
+            for tag_dir in self._tag_directories()
+            for path in tag_dir.glob(f"*{SUFFIX}")
+            if path.is_file()
+        ]
         return CacheInfo(self.directory, len(sizes), sum(sizes))
 
     def clear(self) -> int:
         """Delete every entry (and leftover temporary files); returns how many entries."""
         removed = 0
-        for path in list(self._files()):
-            removed += _remove_quietly(path)
-        if self.directory.is_dir():
-            for leftover in self.directory.rglob(f".*{SUFFIX}.*.tmp"):
+        for tag_dir in self._tag_directories():
+            removed += sum(_remove_quietly(path) for path in tag_dir.glob(f"*{SUFFIX}"))
+            for leftover in tag_dir.glob(f".*{SUFFIX}.*.tmp"):
                 _remove_quietly(leftover)
         return removed
+
+
+def _distrust(path: Path, status: os.stat_result) -> str | None:
+    """Why a directory or entry with this status must not be used, or ``None``."""
+    if not _CHECKS_OWNERS:
+        return None
+    reasons = []
+    if status.st_uid not in (0, os.geteuid()):
+        reasons.append(f"it belongs to another user, not to this one (uid {os.geteuid()}) or root")
+    writers = [
+        who
+        for who, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH))
+        if status.st_mode & bit
+    ]
+    if writers:
+        reasons.append(f"{' and '.join(writers)} can write it")
+    if not reasons:
+        return None
+    mode = stat.S_IMODE(status.st_mode)
+    return (
+        f"{path} (owner uid {status.st_uid}, mode {mode:04o}): {'; '.join(reasons)}. "
+        "Cached code runs in every process that reads it, so only directories and entries "
+        "owned by this user or root and writable by no one else are trusted"
+    )
+
+
+def _directory_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot hold entries, or ``None``; FileNotFoundError when missing."""
+    try:
+        status = os.stat(directory)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        return f"{directory} cannot be read ({error.strerror or error})"
+    if not stat.S_ISDIR(status.st_mode):
+        return f"{directory} is not a directory"
+    return _distrust(directory, status)
+
+
+def _creatable(missing: Path) -> CacheCheck:
+    ancestor = missing.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK):
+        return CacheCheck(Access.READ_WRITE)
+    return CacheCheck(
+        Access.UNUSABLE, f"{missing} does not exist and cannot be created in {ancestor}"
+    )
+
+
+def _make_directory(directory: Path, mode: int) -> None:
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(directory, mode)
+    except FileExistsError:
+        return
+    os.chmod(directory, mode)  # exactly ``mode``, whatever the umask
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """The bytes of an entry file, or ``None`` when missing, unreadable or untrusted.
+
+    The owner and mode are read from the opened file, so nothing can be swapped
+    in between the check and the read; a symbolic link is not followed.
+    """
+    try:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return None
+        problem = _distrust(path, status)
+        if problem is not None:
+            _warn_once(path.parent, problem)
+            return None
+        try:
+            return handle.read()
+        except OSError:
+            return None
+
+
+def _entry_mode(source: str) -> int:
+    """The read bits of the source file (as CPython's ``_calc_mode``), writable by the owner."""
+    try:
+        source_mode = os.stat(source).st_mode
+    except OSError:
+        source_mode = stat.S_IRUSR
+    return (stat.S_IMODE(source_mode) & 0o444) | stat.S_IWUSR
+
+
+def _warn_once(directory: Path, problem: str) -> None:
+    """One warning per directory and process: the cache there is not used, and why."""
+    from graphmend.rewriter import GraphMendWarning  # the rewriter imports this module
+
+    if str(directory) in _warned:
+        return
+    _warned.add(str(directory))
+    warnings.warn(
+        f"graphmend does not use its cache in {directory}: {problem}. Modules are "
+        "rewritten without the cache; fix the owner or mode, or set GRAPHMEND_CACHE_DIR "
+        "to a directory of your own.",
+        GraphMendWarning,
+        stacklevel=2,
+    )
 
 
 def _remove_quietly(path: Path) -> bool:

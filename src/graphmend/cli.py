@@ -9,9 +9,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 from graphmend import __version__
-from graphmend.cache import BytecodeCache
+from graphmend.cache import SHARED, Access, BytecodeCache
 from graphmend.config import Config, ConfigError
 from graphmend.discovery import DiscoveryError, discover
+from graphmend.import_closure import imported_modules
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter, Status
 
@@ -58,9 +59,21 @@ def _parser() -> argparse.ArgumentParser:
     actions.add_parser("info", help="where the cache is, how many entries, their size")
     actions.add_parser("clear", help="delete every entry")
     warm = actions.add_parser(
-        "warm", help="rewrite and store every module matching PATTERN, without running it"
+        "warm",
+        help="rewrite and store every module matching PATTERN, and the modules of the "
+        "scope they import, without running them",
+        description="Rewrite and store every module matching PATTERN, and every module of "
+        "the scope (GRAPHMEND_PACKAGES, else the default) that they import, found from "
+        "their import statements; nothing is imported or run. Directories it creates are "
+        "readable by everyone (0755), so that other users can read a cache warmed at "
+        "image build time.",
     )
     warm.add_argument("patterns", nargs="+", metavar="PATTERN")
+    warm.add_argument(
+        "--no-imports",
+        action="store_true",
+        help="warm only the modules matching PATTERN, not the modules of the scope they import",
+    )
     explain = commands.add_parser(
         "explain",
         parents=[_targets_parser()],
@@ -119,7 +132,7 @@ def _dispatch(options: argparse.Namespace) -> int:
         removed = BytecodeCache(config.cache_dir).clear()
         print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {config.cache_dir}")
         return 0
-    return _cache_warm(config, options.patterns)
+    return _cache_warm(config, options.patterns, follow_imports=not options.no_imports)
 
 
 def _explain_or_diff(options: argparse.Namespace) -> int:
@@ -181,21 +194,33 @@ def _run_config(extra: list[str]) -> Config:
 
 
 def _cache_info(config: Config) -> int:
-    info = BytecodeCache(config.cache_dir).info()
+    cache = BytecodeCache(config.cache_dir)
+    info = cache.info()
+    check = cache.check()
     state = "on" if config.cache_enabled else "off (GRAPHMEND_CACHE=0)"
     print(f"directory: {info.directory}")
     print(f"state:     {state}")
+    print(f"access:    {check.access.value}" + (f" ({check.reason})" if check.reason else ""))
     print(f"entries:   {info.entries}")
     print(f"size:      {_human_size(info.size_bytes)}")
     return 0
 
 
-def _cache_warm(config: Config, patterns: list[str]) -> int:
+def _cache_warm(config: Config, patterns: list[str], *, follow_imports: bool) -> int:
     if not config.cache_enabled:
         raise UsageError("the cache is off (GRAPHMEND_CACHE=0); nothing to warm")
-    modules = discover(ModuleMatcher(patterns))
-    if not modules:
+    matching = discover(ModuleMatcher(patterns))
+    if not matching:
         raise UsageError(f"no modules on sys.path match {' '.join(patterns)}")
+    cache = BytecodeCache(config.cache_dir)
+    check = cache.check()
+    if check.access is not Access.READ_WRITE or not cache.create_directories(SHARED):
+        raise UsageError(
+            f"cannot warm the cache in {config.cache_dir}: "
+            + (check.reason or "its directories cannot be created")
+        )
+    imported = imported_modules(matching, ModuleMatcher(config.packages)) if follow_imports else []
+    modules = matching + imported
     rewriter = ModuleRewriter(config)
     progress = _Progress(len(modules))
     statuses: Counter[Status] = Counter()
@@ -211,8 +236,15 @@ def _cache_warm(config: Config, patterns: list[str]) -> int:
         progress.show(module.name, outcome.describe())
     progress.finish()
     summary = ", ".join(f"{count} {status.value}" for status, count in statuses.most_common())
-    print(f"warmed {len(modules)} modules into {config.cache_dir}: {summary}")
+    what = f"{_modules(len(matching))} matching {' '.join(patterns)}"
+    if follow_imports:
+        what += f" and {_modules(len(imported))} of the scope they import"
+    print(f"warmed {what} into {config.cache_dir}: {summary}")
     return 1 if statuses[Status.FELL_BACK] else 0
+
+
+def _modules(count: int) -> str:
+    return f"{count} module{'' if count == 1 else 's'}"
 
 
 class _Progress:
