@@ -78,10 +78,11 @@ class Model(torch.nn.Module):
 """
 
 
-def _records(caplog):
+def _records(caplog, name: str | None = None):
     return [
         (r.name, r.levelno, r.getMessage(), r.funcName, r.lineno, r.pathname)
         for r in caplog.records
+        if name is None or r.name == name
     ]
 
 
@@ -151,7 +152,7 @@ def test_value_dynamo_cannot_carry_keeps_the_break_and_the_output(load_rewritten
         """
         import torch
         def f(x):
-            parts = [x, x]
+            parts = {"x": x}
             print("parts", parts)
             return x + 1
         """
@@ -161,6 +162,46 @@ def test_value_dynamo_cannot_carry_keeps_the_break_and_the_output(load_rewritten
     compiled = compile_and_run(module.f, torch.ones(1))
     assert compiled.breaks >= 1
     assert capsys.readouterr().out == eager
+
+
+TRACE_TIME_VALUES = """
+import logging
+import torch
+
+logger = logging.getLogger("gm.test.shapes")
+
+def f(x, t):
+    h = x * 2
+    logger.debug("shape %s", h.shape)
+    logger.info("batch of shape %s, %d rows", tuple(x.shape), x.shape[0])
+    logger.info("dtype %s on %s, nested %r", h.dtype, h.device, ((x.shape[0], 2), [x.dtype]))
+    logger.info(f"t={t} size={x.size(-1):>3} rows={len(x)}")
+    print("shape", x.shape, "numel", x.numel(), t)
+    return h + t
+"""
+
+
+def test_values_known_while_tracing_are_carried_out_of_the_graph(load_rewritten, caplog, capsys):
+    # issue 10 item 5: shapes, sizes, dtypes, devices, ints, floats and nested tuples of
+    # them; the second and third calls recompile with symbolic sizes and a symbolic float
+    module = load_rewritten(TRACE_TIME_VALUES)
+    caplog.set_level(logging.DEBUG, logger="gm.test.shapes")
+    calls = [(torch.ones(2, 3), 1.5), (torch.ones(4, 3), 2.5), (torch.ones(5, 3), 3.25)]
+    eager = []
+    for x, t in calls:
+        module.f(x, t)
+        eager.append((_records(caplog, "gm.test.shapes"), capsys.readouterr().out))
+        caplog.clear()
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+    compiled = torch.compile(module.f, backend=counter, fullgraph=True)
+    for (x, t), (records, printed) in zip(calls, eager, strict=True):
+        compiled(x, t)
+        assert _records(caplog, "gm.test.shapes") == records
+        assert capsys.readouterr().out == printed
+        caplog.clear()
+    assert counter.frame_count <= len(calls)  # recompiles, never a break
+    assert "torch.Size([5, 3])" in eager[2][1] and "3.25" in eager[2][1]
 
 
 def findings_for(source: str):

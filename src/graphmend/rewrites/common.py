@@ -78,12 +78,17 @@ def runtime_call(helper: str, *args: ast.expr) -> ast.Call:
 
 
 def make_function(
-    name: str, parameters: list[str], body: list[ast.stmt], decorators: list[ast.expr]
+    name: str,
+    parameters: list[str],
+    body: list[ast.stmt],
+    decorators: list[ast.expr],
+    vararg: str | None = None,
 ) -> ast.FunctionDef:
-    """A generated module-level ``def`` with positional parameters."""
+    """A generated module-level ``def`` with positional parameters (and ``*vararg``)."""
     arguments = ast.arguments(
         posonlyargs=[],
         args=[ast.arg(arg=parameter) for parameter in parameters],
+        vararg=ast.arg(arg=vararg) if vararg is not None else None,
         kwonlyargs=[],
         kw_defaults=[],
         defaults=[],

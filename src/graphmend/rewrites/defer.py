@@ -4,7 +4,7 @@ A statement such as ``logger.warning_once(f"mean {h.mean()}", stacklevel=1)``
 becomes::
 
     if @gm_tracing():
-        @gm_defer3(@gm_rt.piece(h.mean(), -1, ''))
+        @gm_defer3(*@gm_rt.capture(h.mean()))
     else:
         logger.warning_once(f"mean {h.mean()}", stacklevel=1)    # untouched
 
@@ -12,14 +12,17 @@ plus, at module level, one plain function per site that makes the original
 call from the values it is given::
 
     @@gm_rt.deferred('Block.forward')
-    def @gm_defer3(gm_p4_):
+    def @gm_defer3(*gm_tokens5_):
+        (gm_p4_,) = @gm_rt.rebuild(gm_tokens5_)
         logger.warning_once(f"mean {@gm_rt.render(gm_p4_, -1, '')}", stacklevel=1)
 
 TorchDynamo reorders calls to registered plain functions to after the graph
 (``config.reorderable_logging_functions``); it refuses bound methods and drops
 keyword arguments, hence a function per site that holds the callee and the
-keywords.  Values are captured at the call point: tensors are cloned, parts of
-f-strings are formatted right away unless they are tensors.  Names that cannot
+keywords.  Values are captured at the call point, as tokens TorchDynamo can
+carry out of the graph (see :mod:`graphmend.runtime.deferral`: tensors are
+copied; sizes, shapes, dtypes and Python numbers travel too), and formatted
+after the graph exactly as the original would have.  Names that cannot
 change before the graph ends (modules, classes, functions, builtins,
 ``sys.stdout``/``sys.stderr``) are evaluated in the deferred function; anything
 TorchDynamo cannot carry out of the graph makes it keep the original call,
@@ -61,8 +64,6 @@ class _Value:
     """A value the deferred call needs, and how it is captured at the call point."""
 
     expr: ast.expr
-    helper: str  # the runtime helper that captures it
-    extra: tuple[ast.expr, ...] = ()  # the conversion and spec of an f-string piece
     #: An argument passed to the callee as it is is captured once every later
     #: value was evaluated; f-string pieces and format operands at once.
     consumed_at_call: bool = False
@@ -100,7 +101,12 @@ class DeferRewrite(FunctionStatementRewriter):
             return statement
         function_name = self.module.fresh_name("defer")
         self.module.module_level.append(
-            locate(plan.deferred_function(function_name, enclosing.qualname), statement)  # type: ignore[arg-type]
+            locate(
+                plan.deferred_function(
+                    function_name, enclosing.qualname, self.module.fresh_identifier
+                ),
+                statement,
+            )  # type: ignore[arg-type]
         )
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
         return dual_path(statement, plan.tracing_path(function_name, self.module.fresh_name))
@@ -114,14 +120,21 @@ class _Plan:
     values: list[_Value]
     parameters: list[str]
 
-    def deferred_function(self, name: str, qualname: str) -> ast.FunctionDef:
+    def deferred_function(
+        self, name: str, qualname: str, fresh_identifier: Callable[[str], str]
+    ) -> ast.FunctionDef:
+        """``def name(*tokens): <parameters> = rebuild(tokens); <the original call>``."""
         call = ast.Call(func=self.callee, args=self.args, keywords=self.keywords)
         decorator = ast.Call(
             func=ast.Attribute(value=load(RUNTIME), attr="deferred", ctx=ast.Load()),
             args=[ast.Constant(qualname)],
             keywords=[],
         )
-        return make_function(name, self.parameters, [ast.Expr(call)], [decorator])
+        tokens = fresh_identifier("tokens")
+        parameters = ast.Tuple(elts=[store(p) for p in self.parameters], ctx=ast.Store())
+        rebuilt = ast.Assign(targets=[parameters], value=runtime_call("rebuild", load(tokens)))
+        body = [rebuilt, ast.Expr(call)] if self.parameters else [ast.Expr(call)]
+        return make_function(name, [], body, [decorator], vararg=tokens)
 
     def tracing_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
         """Capture the values in source order and call the deferred function with them."""
@@ -133,14 +146,14 @@ class _Plan:
         for index, value in enumerate(self.values):
             expr = value.expr
             if not value.consumed_at_call:
-                expr = runtime_call(value.helper, expr, *value.extra)
+                expr = runtime_call("capture", expr)
             if needs_temporaries and index < len(self.values) - 1:
                 temporary = fresh_name("arg")
                 statements.append(ast.Assign(targets=[store(temporary)], value=expr))
                 expr = load(temporary)
             if value.consumed_at_call:
-                expr = runtime_call(value.helper, expr)
-            captured.append(expr)
+                expr = runtime_call("capture", expr)
+            captured.append(ast.Starred(value=expr, ctx=ast.Load()))
         call = ast.Call(func=load(function_name), args=captured, keywords=[])
         statements.append(ast.Expr(call))
         return statements
@@ -175,11 +188,9 @@ class _Planner:
         ):
             raise Decline("*args or **kwargs cannot be carried out of the graph")
         self._check_keywords()
-        argument_helper = "print_arg" if self.found.kind is OutputKind.PRINT else "carry"
-        args = [self._lift(arg, argument_helper) for arg in call.args]
-        # keyword values (file=, sep=, stacklevel=...) are passed on, never printed
+        args = [self._lift(arg) for arg in call.args]
         keywords = [
-            ast.keyword(arg=keyword.arg, value=self._lift(keyword.value, "carry"))
+            ast.keyword(arg=keyword.arg, value=self._lift(keyword.value))
             for keyword in call.keywords
         ]
         return _Plan(
@@ -218,7 +229,7 @@ class _Planner:
         self.parameters.append(self.fresh_identifier("p"))
         return load(self.parameters[-1])
 
-    def _lift(self, expr: ast.expr, helper: str) -> ast.expr:
+    def _lift(self, expr: ast.expr) -> ast.expr:
         """The expression the deferred function uses in place of ``expr``."""
         if _is_literal(expr) or self._is_static(expr):
             return copy.deepcopy(expr)
@@ -250,12 +261,12 @@ class _Planner:
                     ast.keyword(arg=k.arg, value=self._lift_operand(k.value)) for k in expr.keywords
                 ],
             )
-        return self._parameter(_Value(expr, helper, consumed_at_call=True))
+        return self._parameter(_Value(expr, consumed_at_call=True))
 
     def _lift_operand(self, expr: ast.expr) -> ast.expr:
         if _is_literal(expr) or self._is_static(expr):
             return copy.deepcopy(expr)
-        return self._parameter(_Value(expr, "carry"))
+        return self._parameter(_Value(expr))
 
     def _lift_fstring_part(self, part: ast.expr) -> ast.expr:
         if not isinstance(part, ast.FormattedValue):
@@ -263,8 +274,7 @@ class _Planner:
         spec = literal_format_spec(part.format_spec)
         if _is_literal(part.value) or self._is_static(part.value):
             return copy.deepcopy(part)
-        conversion, format_spec = ast.Constant(part.conversion), ast.Constant(spec)
-        parameter = self._parameter(_Value(part.value, "piece", (conversion, format_spec)))
+        parameter = self._parameter(_Value(part.value))
         rendered = runtime_call(
             "render", parameter, ast.Constant(part.conversion), ast.Constant(spec)
         )

@@ -19,7 +19,7 @@ from graphmend.runtime.conditions import (
     logical_or,
     not_,
 )
-from graphmend.runtime.deferral import carry, deferred, piece, print_arg, render
+from graphmend.runtime.deferral import capture, deferred, rebuild, render
 from graphmend.runtime.reading import attribute, metadata, type_name
 from graphmend.runtime.selection import assign_item, branch, choose, store_target
 from graphmend.runtime.traps import exact_text, lower_guard, lowerable, text
@@ -33,7 +33,7 @@ __all__ = [
     "assign_item",
     "attribute",
     "branch",
-    "carry",
+    "capture",
     "choose",
     "compare",
     "deferred",
@@ -47,8 +47,7 @@ __all__ = [
     "lowerable",
     "metadata",
     "not_",
-    "piece",
-    "print_arg",
+    "rebuild",
     "render",
     "store_target",
     "text",

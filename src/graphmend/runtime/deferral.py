@@ -1,63 +1,89 @@
 """Runtime side of T2: capture values at the call point, make the call after the graph.
 
 TorchDynamo runs calls to functions in ``config.reorderable_logging_functions``
-after the graph, with arguments that are tensors or constants.  Rewritten code
-calls one generated function per site (decorated with :func:`deferred`), with
-values captured by :func:`carry`, :func:`print_arg` and :func:`piece`.
-Registration waits until TorchDynamo is imported, so that importing a
-rewritten module never imports it.
+after the graph, with arguments that are tensors or constants: not a tuple, a
+``torch.Size`` or a size that has become symbolic.  Rewritten code therefore
+calls one generated function per site (decorated with :func:`deferred`) with
+each value flattened by :func:`capture` into such tokens (``*`` unpacked into
+the call), and the generated function puts the values together again with
+:func:`rebuild` before it makes the original call::
+
+    @gm_defer3(*@gm_rt.capture(h.shape))      # "S", 2, tensor(2), tensor(8)
+    def @gm_defer3(*gm_tokens_):
+        (gm_p4_,) = @gm_rt.rebuild(gm_tokens_)  # torch.Size([2, 8])
+        logger.debug("shape %s", gm_p4_)
+
+Tensors are copied (later in-place updates do not show), integers and floats
+travel as 0-d int64/float64 tensors (exact, and symbolic sizes or floats
+become graph outputs instead of breaking the graph), and tuples, lists and
+sizes are rebuilt from their items.  Anything else is passed as it is:
+TorchDynamo refuses to carry it, and the original call runs where it was,
+with its graph break.  Registration waits until TorchDynamo is imported, so
+that importing a rewritten module never imports it.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
 
 from graphmend.runtime import dynamo_support
-from graphmend.runtime.formatting import IMMUTABLE_TYPES, format_now, formattable_now
+from graphmend.runtime.formatting import format_now
 from graphmend.runtime.post_import import when_imported
 
 F = TypeVar("F", bound=Callable[..., None])
 
-# What TorchDynamo can carry out of a graph besides tensors.
 _deferred_functions: list[Callable[..., None]] = []
 _enabled = False
 
-
-def carry(value: Any) -> Any:
-    """``value`` as it is now: a tensor is copied, so later in-place updates do not show."""
-    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-        return value.clone()
-    return value
+_INT64 = (-(2**63), 2**63)
+_SEQUENCES: dict[type, str] = {tuple: "tuple", list: "list", torch.Size: "size"}
+_REBUILD: dict[str, Callable[[list[Any]], Any]] = {"tuple": tuple, "list": list, "size": torch.Size}
 
 
-def print_arg(value: Any) -> Any:
-    """A ``print`` argument: tensors and constants carried, fixed values printed to text now.
-
-    ``print`` writes ``str(value)``; doing that at the call point is exact and
-    turns values TorchDynamo cannot carry (a ``torch.Size``) into text.  Other
-    objects are passed on as they are: TorchDynamo refuses to carry them, and
-    the original call runs where it was.
-    """
-    if isinstance(value, torch.Tensor) or type(value) in IMMUTABLE_TYPES:
-        return carry(value)
-    return format_now(value, ord("s"), "") if formattable_now(value) else value
-
-
-def piece(value: Any, conversion: int, spec: str) -> Any:
-    """A replacement field of an f-string: a tensor is carried, a fixed value formatted now."""
+def capture(value: Any) -> tuple[Any, ...]:
+    """``value`` as it is now, as tokens TorchDynamo can carry out of a graph."""
     if isinstance(value, torch.Tensor):
-        return carry(value)
-    return format_now(value, conversion, spec) if formattable_now(value) else value
+        copy = value if isinstance(value, torch.nn.Parameter) else value.clone()
+        return ("tensor", copy)
+    kind = type(value)
+    if kind is int and _INT64[0] <= value < _INT64[1]:
+        return ("int", torch.scalar_tensor(value, dtype=torch.int64))
+    if kind is float:
+        return ("float", torch.scalar_tensor(value, dtype=torch.float64))
+    if kind in _SEQUENCES:
+        tokens: tuple[Any, ...] = (_SEQUENCES[kind], len(value))
+        for item in value:
+            tokens += capture(item)
+        return tokens
+    return ("value", value)
+
+
+def rebuild(tokens: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The values :func:`capture` made ``tokens`` of, in order."""
+    remaining = iter(tokens)
+    values = []
+    for kind in remaining:
+        values.append(_rebuild_one(kind, remaining))
+    return tuple(values)
+
+
+def _rebuild_one(kind: str, remaining: Iterator[Any]) -> Any:
+    payload = next(remaining)
+    if kind == "int":
+        return int(payload)
+    if kind == "float":
+        return float(payload)
+    if kind in _REBUILD:
+        return _REBUILD[kind]([_rebuild_one(next(remaining), remaining) for _ in range(payload)])
+    return payload
 
 
 def render(value: Any, conversion: int, spec: str) -> str:
-    """Format a :func:`piece` after the graph (text was formatted at the call point)."""
-    if type(value) is str:
-        return value
+    """A replacement field of an f-string, formatted after the graph."""
     return format_now(value, conversion, spec)
 
 
