@@ -16,6 +16,7 @@ from graphmend.analysis.scopes import ModuleScopes
 from graphmend.findings import Finding
 from graphmend.rewrites import REWRITES
 from graphmend.rewrites.common import (
+    PREFIX,
     RUNTIME,
     TRACING,
     ModuleContext,
@@ -131,9 +132,9 @@ def _insert_prelude(
 
     Placing it there keeps the module's import order: torch is imported where
     the module imports it, not earlier.  Before anything else the module binds
-    the tracing check to ``bool`` (so ``@gm_tracing()`` is False): code that runs
+    the tracing check to ``bool`` (so ``_@gm_tracing()`` is False): code that runs
     before the torch import, or when a conditional one is skipped, cannot be
-    traced anyway.
+    traced anyway; and a module ``__dir__`` that hides the injected names.
     """
     after = torch_import.statement
     prelude: list[ast.stmt] = [
@@ -147,8 +148,25 @@ def _insert_prelude(
         mark_generated(locate(statement, after))
     index = torch_import.block.index(after) + 1
     torch_import.block[index:index] = prelude + generated
-    default = ast.Assign(targets=[store(TRACING)], value=load("bool"))
-    tree.body.insert(_after_future_imports(tree), mark_generated(locate(default, after)))
+    top = [ast.Assign(targets=[store(TRACING)], value=load("bool")), *ast.parse(_DIR).body]
+    for statement in top:
+        mark_generated(locate(statement, after))
+    index = _after_future_imports(tree)
+    tree.body[index:index] = top
+
+
+# ``dir(module)`` as without GraphMend (PEP 562).  It reads its own globals, so it needs
+# no name the module could rebind; a ``__dir__`` the module defines replaces it.  A loop,
+# not a comprehension: the code object's marshal bytes then do not depend on whether it
+# was just compiled or read back from the cache.
+_DIR = f"""
+def __dir__():
+    names = []
+    for name in __dir__.__globals__:
+        if not name.startswith(("__dir__", {PREFIX!r})):
+            names.append(name)
+    return names
+"""
 
 
 def _after_future_imports(tree: ast.Module) -> int:

@@ -1,7 +1,8 @@
 """What every rewrite shares: the module context, injected names, the dual-path site.
 
-Injected names start with ``@gm_``, which no Python source can spell, so they
-never collide with user names (pytest's assertion rewriting uses the same trick);
+Injected names start with ``_@gm_``: no Python source can spell them, so they
+never collide with user names (pytest's assertion rewriting uses the same trick),
+and the leading underscore keeps the module-level ones out of ``from m import *``;
 TorchDynamo traces them like any other global or local.
 """
 
@@ -17,7 +18,7 @@ from graphmend.analysis.purity import may_hold_tensor_data, qualified_name, tens
 from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.findings import Decision, Finding, site_source
 
-PREFIX = "@gm_"
+PREFIX = "_@gm_"
 RUNTIME = f"{PREFIX}rt"  # the module global holding graphmend.runtime
 TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
 
