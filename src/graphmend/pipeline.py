@@ -1,7 +1,9 @@
 """The one path from source to code: parse, analyse, rewrite, compile.
 
 Used alike by the import hook, ``python -m graphmend run``, ``cache warm``,
-``explain`` and the tests.
+``explain`` and the tests.  What the source asks to leave alone (a
+``# graphmend: skip-file`` comment, ``@graphmend.do_not_rewrite``) is honoured
+here, before any analysis, and recorded as a finding.
 """
 
 from __future__ import annotations
@@ -13,18 +15,23 @@ from dataclasses import dataclass
 from types import CodeType
 
 from graphmend.analysis.scopes import ModuleScopes
-from graphmend.findings import Finding
+from graphmend.findings import Decision, Finding
 from graphmend.rewrites import REWRITES
 from graphmend.rewrites.common import (
     PREFIX,
     RUNTIME,
     TRACING,
     ModuleContext,
+    leave_alone,
     load,
     locate,
     mark_generated,
     store,
 )
+from graphmend.rewrites.left_alone import LeftAlone, left_alone_definitions, skipped_module
+
+# The rewrites' findings name the rewrite; a directive concerns them all.
+ALL_REWRITES = "all"
 
 
 @dataclass(frozen=True)
@@ -56,15 +63,20 @@ def rewrite(
     parsing errors come only from :func:`parse`, so that a caller can tell them
     from a failure of a rewrite.
     """
+    skipped = skipped_module(source)
     if tree is None:
         tree = parse(source, filename)
-    text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
+    if skipped is not None:
+        return Rewritten(tree, (finding(skipped, filename, _lines(source)),), changed=False)
     module = ModuleContext(
         filename=filename,
-        lines=text.splitlines(),
+        lines=_lines(source),
         scopes=ModuleScopes(tree),
         imports_torch=_first_torch_import(tree) is not None,
     )
+    for definition, left_alone in left_alone_definitions(tree, module.scopes):
+        leave_alone(definition)
+        module.findings.append(finding(left_alone, filename, module.lines))
     for name, rewriter in REWRITES.items():
         if name in rewrites:
             rewriter(module).run(tree)
@@ -73,6 +85,25 @@ def rewrite(
         assert torch_import is not None
         _insert_prelude(tree, torch_import, module.module_level)
     return Rewritten(tree, tuple(module.findings), module.changed)
+
+
+def finding(left_alone: LeftAlone, filename: str, lines: list[str]) -> Finding:
+    """The finding of a directive: every rewrite declines the module or definition."""
+    return Finding(
+        rewrite=ALL_REWRITES,
+        filename=filename,
+        lineno=left_alone.lineno,
+        col=left_alone.col,
+        function=left_alone.qualname,
+        decision=Decision.DECLINED,
+        reason=left_alone.reason,
+        source=lines[left_alone.lineno - 1].strip(),
+    )
+
+
+def _lines(source: bytes | str) -> list[str]:
+    text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
+    return text.splitlines()
 
 
 def compile_module(tree: ast.Module, filename: str) -> CodeType:
