@@ -321,14 +321,20 @@ def test_diff_shows_the_injected_code_and_only_the_changed_functions(write_modul
         f"+++ {path}\tBlock.forward, line {forward_line} (rewritten)",
     ]
     added = [line[1:] for line in out.splitlines() if line.startswith("+") and line[1:2] != "+"]
-    assert added[:4] == [
-        "@gm_tracing = bool",
-        "import graphmend.runtime as @gm_rt",
-        "@gm_tracing = @gm_rt.tracing",
-        "@@gm_rt.deferred('Block.forward')",
+    assert added[:10] == [
+        "_@gm_tracing = bool",
+        "def __dir__():",
+        "    names = []",
+        "    for name in __dir__.__globals__:",
+        "        if not name.startswith(('__dir__', '_@gm_')):",
+        "            names.append(name)",
+        "    return names",
+        "import graphmend.runtime as _@gm_rt",
+        "_@gm_tracing = _@gm_rt.tracing",
+        "@_@gm_rt.deferred('Block.forward')",
     ]
     assert any(re.fullmatch(r"    logger.warning\('scaling %s', gm_p\d+_\)", a) for a in added)
-    assert "    if @gm_tracing():" in added
+    assert "    if _@gm_tracing():" in added
     removed = [line for line in out.splitlines() if line.startswith("-") and line[1:2] != "-"]
     assert removed == ["-    logger.warning('scaling %s', x)"]
     assert "def helper" not in out and "def plain" not in out
@@ -349,9 +355,10 @@ def test_diff_json_gives_each_function_before_and_after(write_module, capsys):
     assert forward["lineno"] == _line_of(MODULE, "def forward")
     original = ast.parse(textwrap.dedent(MODULE)).body[4].body[0]
     assert forward["original"] == ast.unparse(original)
-    assert "if @gm_tracing():" in forward["rewritten"]
+    assert "if _@gm_tracing():" in forward["rewritten"]
     assert records[1]["original"] == "import torch"
-    assert (records[0]["original"], records[0]["rewritten"]) == ("", "@gm_tracing = bool")
+    assert records[0]["original"] == ""
+    assert records[0]["rewritten"].startswith("_@gm_tracing = bool\ndef __dir__():\n")
 
 
 def test_diff_of_nested_functions_shows_the_outer_one_once(write_module, capsys):
@@ -386,6 +393,6 @@ def test_diff_of_a_real_transformers_module(capsys):
     if functions:
         assert headers[0] == "module level"
         assert set(headers[1:]) <= functions
-        assert "+import graphmend.runtime as @gm_rt" in out
+        assert "+import graphmend.runtime as _@gm_rt" in out
     else:
         assert out.endswith("no rewritten sites\n")

@@ -120,34 +120,43 @@ def _contains(outer: ast.stmt, inner: ast.stmt) -> bool:
 
 
 def _injected(report: ModuleReport) -> list[FunctionDiff]:
-    """The code GraphMend adds at module level: the tracing check bound first, at the top
-    (``@gm_tracing = bool``), and after the module's torch import, the runtime and the
-    generated functions."""
+    """The code GraphMend adds at module level: at the top, the tracing check bound first
+    (``_@gm_tracing = bool``) and the ``__dir__`` that hides the injected names; after the
+    module's torch import, the runtime and the generated functions."""
     tree = report.result.tree
     block, index = _runtime_import(tree)
     anchor = block[index - 1]
-    injected = []
-    for statement in block[index:]:
-        if not is_generated(statement):
-            break
-        injected.append(statement)
     anchor_text = ast.unparse(anchor)
-    top = tree.body[_first_generated(tree.body)]
+    top = _generated_run(tree.body, _first_generated(tree.body))
     return [
-        FunctionDiff(report.name, str(report.path), MODULE_TOP, top.lineno, "", ast.unparse(top)),
+        FunctionDiff(report.name, str(report.path), MODULE_TOP, top[0].lineno, "", _unparse(top)),
         FunctionDiff(
             report.name,
             str(report.path),
             MODULE_LEVEL,
             anchor.lineno,
             anchor_text,
-            "\n".join([anchor_text, *(ast.unparse(statement) for statement in injected)]),
+            "\n".join([anchor_text, _unparse(_generated_run(block, index))]),
         ),
     ]
 
 
+def _generated_run(block: list[ast.stmt], start: int) -> list[ast.stmt]:
+    """The generated statements of ``block`` from ``start`` on, up to the next original one."""
+    run = []
+    for statement in block[start:]:
+        if not is_generated(statement):
+            break
+        run.append(statement)
+    return run
+
+
+def _unparse(statements: list[ast.stmt]) -> str:
+    return "\n".join(ast.unparse(statement) for statement in statements)
+
+
 def _runtime_import(tree: ast.Module) -> tuple[list[ast.stmt], int]:
-    """The block holding ``import graphmend.runtime as @gm_rt``, and its index there."""
+    """The block holding ``import graphmend.runtime as _@gm_rt``, and its index there."""
     blocks = [tree.body] + [
         block
         for statement in tree.body

@@ -1,7 +1,9 @@
 """The one path from source to code: parse, analyse, rewrite, compile.
 
 Used alike by the import hook, ``python -m graphmend run``, ``cache warm``,
-``explain`` and the tests.
+``explain`` and the tests.  What the source asks to leave alone (a
+``# graphmend: skip-file`` comment, ``@graphmend.do_not_rewrite``) is honoured
+here, before any analysis, and recorded as a finding.
 """
 
 from __future__ import annotations
@@ -13,17 +15,23 @@ from dataclasses import dataclass
 from types import CodeType
 
 from graphmend.analysis.scopes import ModuleScopes
-from graphmend.findings import Finding
+from graphmend.findings import Decision, Finding
 from graphmend.rewrites import REWRITES
 from graphmend.rewrites.common import (
+    PREFIX,
     RUNTIME,
     TRACING,
     ModuleContext,
+    leave_alone,
     load,
     locate,
     mark_generated,
     store,
 )
+from graphmend.rewrites.left_alone import LeftAlone, left_alone_definitions, skipped_module
+
+# The rewrites' findings name the rewrite; a directive concerns them all.
+ALL_REWRITES = "all"
 
 
 @dataclass(frozen=True)
@@ -55,15 +63,20 @@ def rewrite(
     parsing errors come only from :func:`parse`, so that a caller can tell them
     from a failure of a rewrite.
     """
+    skipped = skipped_module(source)
     if tree is None:
         tree = parse(source, filename)
-    text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
+    if skipped is not None:
+        return Rewritten(tree, (finding(skipped, filename, _lines(source)),), changed=False)
     module = ModuleContext(
         filename=filename,
-        lines=text.splitlines(),
+        lines=_lines(source),
         scopes=ModuleScopes(tree),
         imports_torch=_first_torch_import(tree) is not None,
     )
+    for definition, left_alone in left_alone_definitions(tree, module.scopes):
+        leave_alone(definition)
+        module.findings.append(finding(left_alone, filename, module.lines))
     for name, rewriter in REWRITES.items():
         if name in rewrites:
             rewriter(module).run(tree)
@@ -72,6 +85,25 @@ def rewrite(
         assert torch_import is not None
         _insert_prelude(tree, torch_import, module.module_level)
     return Rewritten(tree, tuple(module.findings), module.changed)
+
+
+def finding(left_alone: LeftAlone, filename: str, lines: list[str]) -> Finding:
+    """The finding of a directive: every rewrite declines the module or definition."""
+    return Finding(
+        rewrite=ALL_REWRITES,
+        filename=filename,
+        lineno=left_alone.lineno,
+        col=left_alone.col,
+        function=left_alone.qualname,
+        decision=Decision.DECLINED,
+        reason=left_alone.reason,
+        source=lines[left_alone.lineno - 1].strip(),
+    )
+
+
+def _lines(source: bytes | str) -> list[str]:
+    text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
+    return text.splitlines()
 
 
 def compile_module(tree: ast.Module, filename: str) -> CodeType:
@@ -131,9 +163,9 @@ def _insert_prelude(
 
     Placing it there keeps the module's import order: torch is imported where
     the module imports it, not earlier.  Before anything else the module binds
-    the tracing check to ``bool`` (so ``@gm_tracing()`` is False): code that runs
+    the tracing check to ``bool`` (so ``_@gm_tracing()`` is False): code that runs
     before the torch import, or when a conditional one is skipped, cannot be
-    traced anyway.
+    traced anyway; and a module ``__dir__`` that hides the injected names.
     """
     after = torch_import.statement
     prelude: list[ast.stmt] = [
@@ -147,8 +179,25 @@ def _insert_prelude(
         mark_generated(locate(statement, after))
     index = torch_import.block.index(after) + 1
     torch_import.block[index:index] = prelude + generated
-    default = ast.Assign(targets=[store(TRACING)], value=load("bool"))
-    tree.body.insert(_after_future_imports(tree), mark_generated(locate(default, after)))
+    top = [ast.Assign(targets=[store(TRACING)], value=load("bool")), *ast.parse(_DIR).body]
+    for statement in top:
+        mark_generated(locate(statement, after))
+    index = _after_future_imports(tree)
+    tree.body[index:index] = top
+
+
+# ``dir(module)`` as without GraphMend (PEP 562).  It reads its own globals, so it needs
+# no name the module could rebind; a ``__dir__`` the module defines replaces it.  A loop,
+# not a comprehension: the code object's marshal bytes then do not depend on whether it
+# was just compiled or read back from the cache.
+_DIR = f"""
+def __dir__():
+    names = []
+    for name in __dir__.__globals__:
+        if not name.startswith(("__dir__", {PREFIX!r})):
+            names.append(name)
+    return names
+"""
 
 
 def _after_future_imports(tree: ast.Module) -> int:

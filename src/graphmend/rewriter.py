@@ -29,6 +29,7 @@ class Status(str, Enum):
     CACHE_HIT = "cache hit"
     REWRITTEN = "rewritten"
     UNCHANGED = "unchanged"
+    LEFT_ALONE = "left alone"
     FELL_BACK = "fell back"
     SYNTAX_ERROR = "syntax error"
 
@@ -49,6 +50,8 @@ class Outcome:
             return f"fell back to the original code: {self.reason}"
         if self.status is Status.SYNTAX_ERROR:
             return "syntax error; left to Python to report"
+        if self.status is Status.LEFT_ALONE:
+            return f"{self.reason}; loaded as Python would"
         timing = f" in {self.seconds * 1000:.1f} ms" if self.status is not Status.CACHE_HIT else ""
         return f"{self.status.value} ({describe_summary(self.summary)}){timing}"
 
@@ -78,8 +81,13 @@ class ModuleRewriter:
 
     def build(self, module_name: str, filename: str, source: bytes) -> Outcome:
         """Produce (or read back) the code for one module and say what happened."""
-        from graphmend.pipeline import compile_module, parse, rewrite  # once a module is claimed
+        # once a module is claimed
+        from graphmend.pipeline import compile_module, parse, rewrite, skipped_module
 
+        skipped = skipped_module(source)  # a byte search, before the cache
+        if skipped is not None:
+            reason = f"{skipped.reason} (line {skipped.lineno})"
+            return Outcome(Status.LEFT_ALONE, None, reason=reason)
         started = time.perf_counter()
         key = None
         if self.cache is not None:

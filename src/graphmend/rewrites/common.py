@@ -1,7 +1,8 @@
 """What every rewrite shares: the module context, injected names, the dual-path site.
 
-Injected names start with ``@gm_``, which no Python source can spell, so they
-never collide with user names (pytest's assertion rewriting uses the same trick);
+Injected names start with ``_@gm_``: no Python source can spell them, so they
+never collide with user names (pytest's assertion rewriting uses the same trick),
+and the leading underscore keeps the module-level ones out of ``from m import *``;
 TorchDynamo traces them like any other global or local.
 """
 
@@ -17,11 +18,12 @@ from graphmend.analysis.purity import may_hold_tensor_data, qualified_name, tens
 from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.findings import Decision, Finding, site_source
 
-PREFIX = "@gm_"
+PREFIX = "_@gm_"
 RUNTIME = f"{PREFIX}rt"  # the module global holding graphmend.runtime
 TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
 
 _GENERATED = "_graphmend_generated"
+_LEFT_ALONE = "_graphmend_left_alone"
 
 
 class Decline(Exception):
@@ -37,6 +39,11 @@ def mark_generated(node: ast.AST) -> ast.AST:
 def is_generated(node: ast.AST) -> bool:
     """Whether ``node`` was made by a rewrite (and so is not a candidate site)."""
     return getattr(node, _GENERATED, False)
+
+
+def leave_alone(node: ast.FunctionDef | ast.ClassDef) -> None:
+    """Flag a definition that no rewrite may enter (a directive asks so)."""
+    setattr(node, _LEFT_ALONE, True)
 
 
 def locate(node: ast.AST, like: ast.AST) -> ast.AST:
@@ -195,7 +202,8 @@ class FunctionStatementRewriter:
     site.  A statement is offered before the blocks it holds (an ``if`` before
     its branches); code a rewrite generated is not visited again.
     Module-level and class-level statements are left alone (TorchDynamo traces
-    functions), and so are coroutines, which it does not trace.
+    functions), and so are coroutines, which it does not trace, and definitions
+    flagged by :func:`leave_alone`.
     """
 
     name: ClassVar[str]
@@ -292,7 +300,9 @@ class FunctionStatementRewriter:
                 if merged is not None:
                     rewritten.extend(merged)
                     break
-            if isinstance(statement, ast.FunctionDef | ast.ClassDef):
+            if getattr(statement, _LEFT_ALONE, False):
+                rewritten.append(statement)
+            elif isinstance(statement, ast.FunctionDef | ast.ClassDef):
                 function = statement if isinstance(statement, ast.FunctionDef) else None
                 self._scopes.append((statement.name, function))
                 catching, self._catching = self._catching, 0  # a new frame

@@ -1,0 +1,136 @@
+"""What the source asks GraphMend to leave alone, found before any analysis.
+
+* A module holding the comment ``# graphmend: skip-file``
+  (:data:`graphmend.directives.SKIP_FILE`): a byte search first, then the
+  tokenizer confirms that it is a comment (not text in a string).
+* A function or class decorated with ``graphmend.do_not_rewrite``, or a function
+  with ``torch.compiler.disable`` / ``torch._dynamo.disable`` (TorchDynamo never
+  traces such a function nor anything it calls, so a rewrite there could never
+  take effect).  A decorator is recognised by the name it resolves to through
+  the module's imports, as AutoGraph resolves its directives;
+  ``disable(recursive=False)`` skips only the function's own frame, so it is
+  not a reason to leave the function alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import io
+import re
+import tokenize
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from graphmend.analysis.purity import qualified_name
+from graphmend.analysis.scopes import ModuleScopes
+from graphmend.directives import SKIP_FILE
+
+_MARKER = SKIP_FILE.removeprefix("# ")
+_COMMENT = re.compile(rf"#\s*{re.escape(_MARKER)}\s*")
+_DIRECTIVES = frozenset({"graphmend.do_not_rewrite", "graphmend.directives.do_not_rewrite"})
+_DYNAMO_DISABLES = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
+
+
+@dataclass(frozen=True)
+class LeftAlone:
+    """Where a directive leaves code as written (a definition, or the module), and why."""
+
+    lineno: int
+    col: int
+    qualname: str  # empty for the module
+    reason: str
+
+
+def skipped_module(source: bytes | str) -> LeftAlone | None:
+    """The module's ``# graphmend: skip-file`` comment, found without parsing, or ``None``."""
+    line = _skip_file_line(source)
+    if line is None:
+        return None
+    return LeftAlone(line, 0, "", f"left alone: the module is marked '{SKIP_FILE}'")
+
+
+def _skip_file_line(source: bytes | str) -> int | None:
+    if isinstance(source, bytes):
+        if _MARKER.encode() not in source:
+            return None
+    elif _MARKER not in source:
+        return None
+    try:
+        text = source if isinstance(source, str) else importlib.util.decode_source(source)
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT and _COMMENT.fullmatch(token.string):
+                return token.start[0]
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+        pass  # not valid Python: parsing reports it
+    return None
+
+
+_Definition = tuple[ast.FunctionDef | ast.ClassDef, LeftAlone]
+
+
+def left_alone_definitions(tree: ast.Module, scopes: ModuleScopes) -> Iterator[_Definition]:
+    """The outermost functions and classes of ``tree`` that a decorator leaves alone."""
+    yield from _visit(tree.body, "", (), scopes)
+
+
+def _visit(
+    block: Sequence[ast.AST], prefix: str, functions: tuple[ast.AST, ...], scopes: ModuleScopes
+) -> Iterator[_Definition]:
+    for node in block:
+        if isinstance(node, ast.AsyncFunctionDef):
+            continue  # no rewrite enters a coroutine
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            reason = _reason(node, scopes, functions)
+            if reason is not None:
+                yield node, LeftAlone(node.lineno, node.col_offset, prefix + node.name, reason)
+            elif isinstance(node, ast.FunctionDef):
+                inner = f"{prefix}{node.name}.<locals>."
+                yield from _visit(node.body, inner, (*functions, node), scopes)
+            else:
+                yield from _visit(node.body, f"{prefix}{node.name}.", functions, scopes)
+        else:  # a statement, handler or case, maybe holding blocks (if, try, with, match...)
+            children = [child for child in ast.iter_child_nodes(node) if _in_block(child)]
+            yield from _visit(children, prefix, functions, scopes)
+
+
+def _in_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.stmt | ast.excepthandler | ast.match_case)
+
+
+def _reason(
+    definition: ast.FunctionDef | ast.ClassDef,
+    scopes: ModuleScopes,
+    functions: tuple[ast.AST, ...],
+) -> str | None:
+    """Why a decorator leaves ``definition`` alone, or ``None``."""
+    for decorator in definition.decorator_list:
+        spelled = ast.unparse(decorator)
+        if qualified_name(decorator, scopes, functions) in _DIRECTIVES:
+            return f"left alone: decorated with @{spelled}"
+        if isinstance(definition, ast.FunctionDef) and _disables_dynamo(
+            decorator, scopes, functions
+        ):
+            return f"left alone: decorated with @{spelled}, so TorchDynamo never traces it"
+    return None
+
+
+def _disables_dynamo(
+    decorator: ast.expr, scopes: ModuleScopes, functions: tuple[ast.AST, ...]
+) -> bool:
+    """``@torch.compiler.disable``, or called with no arguments but ``recursive=True``."""
+    call = decorator if isinstance(decorator, ast.Call) else None
+    target = call.func if call is not None else decorator
+    if qualified_name(target, scopes, functions) not in _DYNAMO_DISABLES:
+        return False
+    if call is None:
+        return True
+    return not call.args and all(
+        keyword.arg == "reason"
+        or (
+            keyword.arg == "recursive"
+            and isinstance(keyword.value, ast.Constant)
+            and keyword.value.value is True
+        )
+        for keyword in call.keywords
+    )
