@@ -79,7 +79,7 @@ def store(name: str) -> ast.Name:
 
 
 def runtime_call(helper: str, *args: ast.expr) -> ast.Call:
-    """``@gm_rt.<helper>(*args)``."""
+    """``_@gm_rt.<helper>(*args)``."""
     func = ast.Attribute(value=load(RUNTIME), attr=helper, ctx=ast.Load())
     return ast.Call(func=func, args=list(args), keywords=[])
 
@@ -147,7 +147,7 @@ class ModuleContext:
         return f"{PREFIX}{role}{self._counter}"
 
     def fresh_names(self, *roles: str) -> dict[str, str]:
-        """New injected names for the parts of one site, numbered alike (``@gm_then3``...)."""
+        """New injected names for the parts of one site, numbered alike (``_@gm_then3``...)."""
         self._counter += 1
         return {role: f"{PREFIX}{role}{self._counter}" for role in roles}
 

@@ -81,8 +81,8 @@ class ConditionTranslator:
         For ``and`` (``or`` mirrors it)::
 
             r = <a>
-            if @gm_rt.is_scalar_tensor(r):      # only when b is pure
-                r = @gm_rt.logical_and(r, <b>)
+            if _@gm_rt.is_scalar_tensor(r):      # only when b is pure
+                r = _@gm_rt.logical_and(r, <b>)
             elif r:
                 r = <b>
         """

@@ -3,18 +3,18 @@
 A statement such as ``logger.warning_once(f"mean {h.mean()}", stacklevel=1)``
 becomes::
 
-    if @gm_tracing():
-        @gm_defer3(*@gm_rt.capture(h.mean()))
+    if _@gm_tracing():
+        _@gm_defer3(*_@gm_rt.capture(h.mean()))
     else:
         logger.warning_once(f"mean {h.mean()}", stacklevel=1)    # untouched
 
 plus, at module level, one plain function per site that makes the original
 call from the values it is given::
 
-    @@gm_rt.deferred('Block.forward')
-    def @gm_defer3(*gm_tokens5_):
-        (gm_p4_,) = @gm_rt.rebuild(gm_tokens5_)
-        logger.warning_once(f"mean {@gm_rt.render(gm_p4_, -1, '')}", stacklevel=1)
+    @_@gm_rt.deferred('Block.forward')
+    def _@gm_defer3(*gm_tokens5_):
+        (gm_p4_,) = _@gm_rt.rebuild(gm_tokens5_)
+        logger.warning_once(f"mean {_@gm_rt.render(gm_p4_, -1, '')}", stacklevel=1)
 
 TorchDynamo reorders calls to registered plain functions to after the graph
 (``config.reorderable_logging_functions``); it refuses bound methods and drops

@@ -5,19 +5,19 @@ reads, and :func:`graphmend.runtime.selection.branch` merges their results
 under the tensor condition (``torch.where``, or ``torch.cond`` for costly
 branches; see that module for the rule)::
 
-    if @gm_tracing():
-        @gm_cond3 = <condition, tensor parts kept on the device>
-        def @gm_then3(h):
+    if _@gm_tracing():
+        _@gm_cond3 = <condition, tensor parts kept on the device>
+        def _@gm_then3(h):
             clamp_value = torch.finfo(h.dtype).max - 1000
             h = torch.clamp(h, min=-clamp_value, max=clamp_value)
             return (h,)
-        def @gm_else3(h):
+        def _@gm_else3(h):
             return (h,)
         # (submodules to check, whether a branch is costly, tensors written in place)
-        @gm_merged3 = @gm_rt.branch(@gm_cond3, @gm_then3, (h,), @gm_else3, (h,), (), False, ())
-        if @gm_merged3 is not None:
-            (h,) = @gm_merged3
-        elif @gm_cond3:                  # not exact to merge: the original branches
+        _@gm_merged3 = _@gm_rt.branch(_@gm_cond3, _@gm_then3, (h,), _@gm_else3, (h,), (), False, ())
+        if _@gm_merged3 is not None:
+            (h,) = _@gm_merged3
+        elif _@gm_cond3:                  # not exact to merge: the original branches
             clamp_value = ...
             h = ...
     elif <the original condition>:     # eagerly: the original if, as written
@@ -85,7 +85,7 @@ class _Slots:
         return slot
 
     def target(self, slot: str) -> ast.expr:
-        """``@gm_rt.store_target(owner, "name", persistent)``: the tensor stored into."""
+        """``_@gm_rt.store_target(owner, "name", persistent)``: the tensor stored into."""
         attribute, persistent = self.attributes[slot]
         return runtime_call(
             "store_target",
@@ -585,7 +585,7 @@ class _Site:
 
 
 class _ConditionalExpressions(ast.NodeTransformer):
-    """Replaces tensor-valued ``a if c else b`` by ``@gm_rt.choose(...)``."""
+    """Replaces tensor-valued ``a if c else b`` by ``_@gm_rt.choose(...)``."""
 
     def __init__(
         self,
@@ -642,7 +642,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
 
 
 def safe_attribute_chain(chain: ast.expr, bound: frozenset[str] | set[str]) -> ast.expr:
-    """``a.b.c`` as ``@gm_rt.attribute(@gm_rt.attribute(a, "b"), "c")``: read ahead of time,
+    """``a.b.c`` as ``_@gm_rt.attribute(_@gm_rt.attribute(a, "b"), "c")``: read ahead of time,
     a missing attribute (``a`` is ``None``) gives MISSING instead of an exception.
 
     ``a`` must be bound at that point; else the site is declined.

@@ -1,4 +1,4 @@
-"""The helpers rewritten code calls; a rewritten module holds this module as ``@gm_rt``.
+"""The helpers rewritten code calls; a rewritten module holds this module as ``_@gm_rt``.
 
 Only modules that import torch themselves are rewritten, so importing torch
 here adds nothing to their import time.  Everything here runs either eagerly at

@@ -8,9 +8,9 @@ each value flattened by :func:`capture` into such tokens (``*`` unpacked into
 the call), and the generated function puts the values together again with
 :func:`rebuild` before it makes the original call::
 
-    @gm_defer3(*@gm_rt.capture(h.shape))      # "S", 2, tensor(2), tensor(8)
-    def @gm_defer3(*gm_tokens_):
-        (gm_p4_,) = @gm_rt.rebuild(gm_tokens_)  # torch.Size([2, 8])
+    _@gm_defer3(*_@gm_rt.capture(h.shape))      # "S", 2, tensor(2), tensor(8)
+    def _@gm_defer3(*gm_tokens_):
+        (gm_p4_,) = _@gm_rt.rebuild(gm_tokens_)  # torch.Size([2, 8])
         logger.debug("shape %s", gm_p4_)
 
 Tensors are copied (later in-place updates do not show), integers and floats
