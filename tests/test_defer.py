@@ -356,3 +356,38 @@ def test_eager_path_is_the_original_statement(load_rewritten, capsys):
     # Outside tracing the rewritten function runs the original print calls.
     module.scale(torch.ones(2), 1)
     assert capsys.readouterr().out.startswith("y:|tensor([2., 2.])|torch.Size([2])|1!")
+
+
+OUTPUT_THEN_GUARD = """
+import warnings
+import torch
+
+def inner(x):
+    if (x > 1.0).any():
+        raise ValueError("invalid input")
+    return x * 2
+
+def f(x):
+    warnings.warn("checking input")
+    return inner(x) + 1
+"""
+
+
+@pytest.mark.parametrize("value", [0.5, 2.0])
+def test_output_before_a_failing_guard_appears_before_the_exception(load_rewritten, value):
+    # issue 10 item 6: the guard is not lowered while output waits for the end of the graph
+    module = load_rewritten(OUTPUT_THEN_GUARD)
+
+    def observe(function):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                outcome = function(torch.full((2,), value)).tolist()
+            except ValueError as error:
+                outcome = str(error)
+        return [str(w.message) for w in caught], outcome
+
+    eager = observe(module.f)
+    torch._dynamo.reset()
+    assert observe(torch.compile(module.f, backend="eager")) == eager
+    assert eager[0] == ["checking input"]

@@ -82,6 +82,20 @@ def _rebuild_one(kind: str, remaining: Iterator[Any]) -> Any:
     return payload
 
 
+def output_pending() -> bool:
+    """Whether calls deferred in the graph being traced wait for its end (asked while tracing).
+
+    A guard lowered into the graph raises from inside it, and the calls deferred
+    before it would never run: while any wait, a guard keeps its graph break, so
+    that the output appears before the exception, as it does eagerly.
+    """
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    current = getattr(InstructionTranslator, "current_tx", None)
+    translator = current() if current is not None else None
+    return translator is None or bool(getattr(translator, "debug_locals", True))
+
+
 def render(value: Any, conversion: int, spec: str) -> str:
     """A replacement field of an f-string, formatted after the graph."""
     return format_now(value, conversion, spec)
@@ -130,4 +144,10 @@ def _enable(_dynamo: object = None) -> None:
         _register_with_dynamo(function)
 
 
+def _mark_constant(dynamo: Any) -> None:
+    # Called by TorchDynamo while it traces, with its answer baked into the trace.
+    dynamo.assume_constant_result(output_pending)
+
+
 when_imported("torch._dynamo", _enable)
+when_imported("torch._dynamo", _mark_constant)

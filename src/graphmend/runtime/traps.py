@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.deferral import output_pending
 from graphmend.runtime.formatting import format_now, formattable_now
 from graphmend.runtime.post_import import when_imported
 
@@ -127,7 +128,7 @@ def lower_guard(
     returned the caller decides in Python, exactly as the original code.
     """
     path = f"{exception.__module__}:{exception.__qualname__}"
-    refused = not _operator_ready or any(piece is None for piece in message)
+    refused = not _operator_ready or any(piece is None for piece in message) or output_pending()
     if refused or "<locals>" in path or not lowerable(condition, *earlier):
         return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
