@@ -585,7 +585,11 @@ class _Site:
 
 
 class _ConditionalExpressions(ast.NodeTransformer):
-    """Replaces tensor-valued ``a if c else b`` by ``_@gm_rt.choose(...)``."""
+    """Replaces tensor-valued ``a if c else b`` by the merged value, or the original choice::
+
+    m[0] if (m := _@gm_rt.branch((c := <cond>), then, (...), else_, (...), ...)) is not None
+    else (then(...)[0] if c else else_(...)[0])
+    """
 
     def __init__(
         self,
@@ -612,8 +616,9 @@ class _ConditionalExpressions(ast.NodeTransformer):
         checker = SpeculationChecker(
             module.scopes, self.rewriter.enclosing.functions, in_branch=True
         )
-        names = module.fresh_names("then", "else")
-        branches = []
+        names = module.fresh_names("then", "else", "cond", "merged")
+        branches: list[ast.expr] = []
+        calls: list[ast.expr] = []  # each branch function called, for the fallback
         for label, value in (("then", node.body), ("else", node.orelse)):
             checker.expression(value)
             parameters = sorted(self.rewriter.local_reads([value]))
@@ -621,9 +626,10 @@ class _ConditionalExpressions(ast.NodeTransformer):
             if unbound:
                 raise Decline(f"a branch reads {unbound[0]}, which may be unbound here")
             name = names[label]
-            function = make_function(name, parameters, [ast.Return(value=value)], [])
+            function = make_function(name, parameters, [ast.Return(value=_tuple([value]))], [])
             self.definitions.append(locate(function, self.statement))  # type: ignore[arg-type]
             branches += [load(name), _tuple(load(p) for p in parameters)]
+            calls.append(_first(ast.Call(load(name), [load(p) for p in parameters], [])))
         if checker.facts.problem is not None:
             raise Decline(f"a value cannot be computed ahead of time: {checker.facts.problem}")
         prelude, condition = self.rewriter.translate_condition(node.test)
@@ -632,13 +638,26 @@ class _ConditionalExpressions(ast.NodeTransformer):
                 "an and/or condition inside a larger expression would change evaluation order"
             )
         self.definitions.extend(locate(statement, self.statement) for statement in prelude)
-        return runtime_call(
-            "choose",
-            condition,
+        call = runtime_call(
+            "branch",
+            ast.NamedExpr(target=store(names["cond"]), value=condition),
             *branches,
             _tuple(safe_attribute_chain(m, self.bound) for m in checker.facts.modules),
             ast.Constant(checker.facts.expensive),
         )
+        merged = ast.NamedExpr(target=store(names["merged"]), value=call)
+        # Not exact to merge: the original choice, on the host, in this frame (the
+        # original graph break; inside a helper it would split the graph once more).
+        fallback = ast.IfExp(test=load(names["cond"]), body=calls[0], orelse=calls[1])
+        return ast.IfExp(
+            test=ast.Compare(left=merged, ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
+            body=_first(load(names["merged"])),
+            orelse=fallback,
+        )
+
+
+def _first(value: ast.expr) -> ast.Subscript:
+    return ast.Subscript(value=value, slice=ast.Constant(0), ctx=ast.Load())
 
 
 def safe_attribute_chain(chain: ast.expr, bound: frozenset[str] | set[str]) -> ast.expr:

@@ -21,7 +21,7 @@ from graphmend.runtime.conditions import (
 )
 from graphmend.runtime.deferral import capture, deferred, rebuild, render
 from graphmend.runtime.reading import attribute, metadata, type_name
-from graphmend.runtime.selection import assign_item, branch, choose, store_target
+from graphmend.runtime.selection import assign_item, branch, store_target
 from graphmend.runtime.traps import exact_text, lower_guard, lowerable, text
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
@@ -34,7 +34,6 @@ __all__ = [
     "attribute",
     "branch",
     "capture",
-    "choose",
     "compare",
     "deferred",
     "equal",

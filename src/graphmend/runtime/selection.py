@@ -143,32 +143,6 @@ def branch(
     return merged[:count]
 
 
-def choose(
-    condition: Any,
-    then_function: Callable[..., Any],
-    then_arguments: Sequence[Any],
-    else_function: Callable[..., Any],
-    else_arguments: Sequence[Any],
-    modules: Sequence[Any],
-    expensive: bool,
-) -> Any:
-    """``then if condition else otherwise``, merged while tracing when that is exact."""
-    merged = branch(
-        condition,
-        lambda *arguments: (then_function(*arguments),),
-        then_arguments,
-        lambda *arguments: (else_function(*arguments),),
-        else_arguments,
-        modules,
-        expensive,
-    )
-    if merged is not None:
-        return merged[0]
-    if condition:
-        return then_function(*then_arguments)
-    return else_function(*else_arguments)
-
-
 def store_target(owner: Any, name: str, persistent: bool | None) -> torch.Tensor | None:
     """The tensor a predicated store writes into: ``owner.name``, if it is one.
 
