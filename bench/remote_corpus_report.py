@@ -49,6 +49,11 @@ def _bitwise(run: dict[str, Any] | None) -> str:
     return "n/a" if same is None else "yes" if same["identical"] else "NO"
 
 
+def _code(text: str) -> str:
+    """``text`` as inline code, even when it holds backticks."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def site_counts(report: dict[str, Any], dtype: str) -> Counter[tuple[str, str, str, str]]:
     """(family, arm, location, category) -> breaks there, with the source line kept apart."""
     counted: Counter[tuple[str, str, str, str]] = Counter()
@@ -176,7 +181,7 @@ def sites_table(report: dict[str, Any], dtype: str, limit: int = TOP_SITES) -> l
             category,
             plain[family, location, category],
             count,
-            f"`{lines.get(location, '')[:90]}`",
+            _code(lines.get(location, "")[:90]),
         ]
         for (family, location, category), count in left.most_common(limit)
     ]
