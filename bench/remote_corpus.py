@@ -177,6 +177,10 @@ def progress_line(result: dict[str, Any], dtypes: list[str]) -> str:
         return f"{result['status']}: {first.get('error', '')[:120]} {first.get('location') or ''}"
     parts = []
     for dtype in dtypes:
+        first = result["arms"][ARMS[0]]["runs"].get(dtype, {})
+        if "eager_error" in first:
+            parts.append(f"{dtype} eager error: {first['eager_error']['error'][:100]}")
+            continue
         cells = []
         for arm in ARMS:
             run = result["arms"].get(arm, {}).get("runs", {}).get(dtype, {})
