@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,8 @@ from census_report import _table, categories, classify
 
 ARMS = ("plain", "graphmend")
 TOP_SITES = 12
+#: A file path of this machine in an error message: " (/...)", or quoted: "'/.../name'".
+_LOCAL_PATH = re.compile(r" \(/[^)]*\)|'/[^']*/([^'/]*)'")
 
 
 def arm_run(family: dict[str, Any], arm: str, dtype: str) -> dict[str, Any] | None:
@@ -140,7 +143,8 @@ def family_table(report: dict[str, Any], manifest: dict[str, Any], dtype: str) -
             first = family["arms"][ARMS[0]]
             why = first.get("error") or (first.get("runs", {}).get(dtype, {}).get("eager_error"))
             why = why.get("error") if isinstance(why, dict) else why or first["status"]
-            rows.append([name, f"not measured: {str(why)[:90]}", "", "", "", "", ""])
+            why = _LOCAL_PATH.sub(lambda found: f"'{found[1]}'" if found[1] else "", str(why))
+            rows.append([name, f"not measured: {why[:100]}", "", "", "", "", ""])
             continue
         eager = (after or {}).get("eager_same_as_first_arm", {}).get("identical")
         rows.append(
