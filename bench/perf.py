@@ -55,7 +55,8 @@ def measure_arm(options: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from torch._dynamo.utils import counters
 
-    from census import cast, choose_subject, rebuild_subject
+    from census import choose_subject, rebuild_subject
+    from measuring import cast
 
     state = Path(options["state"])
     if state.exists():

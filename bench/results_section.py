@@ -8,7 +8,9 @@ the ones measured:
   categories per transformers version, the plot, the top sites left;
 * ``perf-*.json`` (``bench/perf.py --json``): compile time and latency ratios;
 * ``import-overhead-VERSION.json`` (``bench/import_overhead.py --json``);
-* ``import-all-VERSION.json`` (``bench/import_all_models.py --json``).
+* ``import-all-VERSION.json`` (``bench/import_all_models.py --json``);
+* ``remote-corpus-VERSION/remote-corpus.json`` (``bench/remote_corpus.py``): real
+  ``trust_remote_code`` model families, the corpus and its baseline.
 
     python bench/results_section.py [--readme README.md]
 """
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 
 from census_report import category_table, resumed_note, sites_left, summary_table
+from remote_corpus_report import arm_run, family_table, sites_table, summary_lines
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -72,6 +75,50 @@ def census_section(folder: Path) -> list[str]:
     plot = folder / "breaks.png"
     if plot.exists():
         lines += ["", f"![graph breaks per model]({relative(plot)})", ""]
+    return lines
+
+
+def corpus_families(reports: list[dict]) -> list[str]:
+    """The corpus: each family's source, licence and the transformers versions it builds on."""
+    manifest = json.loads((HERE / "remote_corpus" / "manifest.json").read_text())["families"]
+    lines = [
+        "| family | model | published files from | licence | builds and runs on |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, family in manifest.items():
+        runs_on = [
+            report["meta"]["transformers"]
+            for report in reports
+            for result in report["families"]
+            if result["family"] == name
+            and any(arm_run(result, "plain", dtype) for dtype in report["meta"]["dtypes"])
+        ]
+        source = (
+            f"{family['repository'].removeprefix('https://github.com/')}@{family['commit'][:7]}"
+        )
+        lines.append(
+            f"| {name} | {family['description']} | {source} | {family['licence']} "
+            f"| {', '.join(runs_on) or 'none'} |"
+        )
+    return [*lines, ""]
+
+
+def corpus_section(folder: Path) -> list[str]:
+    report = json.loads((folder / "remote-corpus.json").read_text())
+    meta = report["meta"]
+    manifest = json.loads((HERE / "remote_corpus" / "manifest.json").read_text())["families"]
+    markdown = relative(folder / "remote-corpus.md")
+    lines = [
+        f"#### transformers {meta['transformers']}",
+        "",
+        f"`{meta['command']}`, {meta['started'][:10]}; all sites in [{markdown}]({markdown}).",
+        "",
+        *summary_lines(report),
+    ]
+    for dtype in meta["dtypes"]:
+        lines += family_table(report, manifest, dtype)
+        lines += [f"The most common break sites left with GraphMend ({dtype}):", ""]
+        lines += sites_table(report, dtype, limit=TOP_SITES)
     return lines
 
 
@@ -153,6 +200,8 @@ def render() -> list[str]:
     censuses = newest_first([path.parent for path in RESULTS.glob("census-*/census.json")])
     overhead = newest_first(list(RESULTS.glob("import-overhead-*.json")))
     import_all = newest_first(list(RESULTS.glob("import-all-*.json")))
+    corpora = newest_first([path.parent for path in RESULTS.glob("remote-corpus-*/*.json")])
+    corpus_reports = [json.loads((folder / "remote-corpus.json").read_text()) for folder in corpora]
     return [
         BEGIN,
         "",
@@ -163,6 +212,19 @@ def render() -> list[str]:
             "(`bench/census.py`; breaks counted completely, `fullgraph=True` compiled with the "
             "eager backend, outputs compared bitwise).",
             [line for folder in censuses for line in census_section(folder)],
+        ),
+        *subsection(
+            "Real `trust_remote_code` models",
+            "Model families whose code lives in their Hub repositories, not in transformers: "
+            "the published files byte for byte (`bench/remote_corpus/manifest.json` gives "
+            "repository, commit and sha256 of each), a tiny config of ours, loaded offline "
+            "with `trust_remote_code=True` and measured as in the census, with and without "
+            "GraphMend (`bench/remote_corpus.py`). Much of this code runs only on "
+            "transformers 4.x.",
+            [
+                *(corpus_families(corpus_reports) if corpora else []),
+                *(line for folder in corpora for line in corpus_section(folder)),
+            ],
         ),
         *subsection(
             "Compile time and latency",
