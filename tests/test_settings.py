@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import site
 from pathlib import Path
@@ -159,6 +160,19 @@ def test_cache_warm_honours_exclusions(tmp_path, monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "warmed 2 modules" in captured.out
     assert "gm_warm_excl.skip" not in captured.err
+
+
+def test_explain_and_diff_honour_exclusion_targets(tmp_path, monkeypatch, capsys):
+    _package(tmp_path, monkeypatch, "gm_explain_excl")
+    assert cli_main(["explain", "gm_explain_excl", "!gm_explain_excl.skip"]) == 0
+    out = capsys.readouterr().out
+    assert "gm_explain_excl.keep (" in out and "total: 2 modules" in out
+    assert "gm_explain_excl.skip" not in out
+    assert cli_main(["diff", "--json", "gm_explain_excl.*", "!*.inner"]) == 0
+    modules = {record["module"] for record in json.loads(capsys.readouterr().out)}
+    assert modules == {"gm_explain_excl.keep", "gm_explain_excl.skip"}
+    assert cli_main(["explain", "gm_explain_excl", "!bad pattern"]) == 2
+    assert "invalid module pattern '!bad pattern'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("word", ["1", "true", "YES", " on "])

@@ -105,7 +105,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 _TARGETS_EPILOG = """\
 TARGET is a module name (a package stands for everything below it), a glob over
-module names ('transformers.models.*.modeling_bart*') or a path to a .py file.
+module names ('transformers.models.*.modeling_bart*') or a path to a .py file;
+'!PATTERN' leaves out the modules PATTERN matches ('!*.modeling_tf_*').
 Nothing is imported or run. Exit status: 0 when every target was read, 1 when
 some could not be (reported on stderr; the others are still shown), 2 for usage
 errors.

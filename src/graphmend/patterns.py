@@ -172,7 +172,11 @@ class ModuleMatcher:
             return False
         if self._regex.match(name) is None:
             return False
-        return self._excluded is None or self._excluded.match(name) is None
+        return not self.excludes(name)
+
+    def excludes(self, name: str) -> bool:
+        """Whether an exclusion pattern matches ``name``."""
+        return self._excluded is not None and self._excluded.match(name) is not None
 
     def roots(self) -> tuple[str, ...]:
         """Top-level packages named literally by the patterns (glob roots excluded)."""
