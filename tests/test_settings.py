@@ -285,7 +285,7 @@ def _check(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], 
 def test_check_without_graphmend_set_is_healthy(monkeypatch, capsys):
     status, out = _check(monkeypatch, capsys)
     assert status == 0
-    assert "GRAPHMEND              off (None)" in out
+    assert "GRAPHMEND              off (unset)" in out
     assert "hook not installed" in out
     assert out.endswith("status: ok\n")
 

@@ -91,7 +91,9 @@ def hook_lines(environ: Mapping[str, str]) -> list[Line]:
     """``GRAPHMEND``, the startup file, and whether this process has the hook."""
     try:
         requested = hook_requested(environ)
-        switch = Line("GRAPHMEND", f"{'on' if requested else 'off'} ({environ.get('GRAPHMEND')!r})")
+        value = environ.get("GRAPHMEND")
+        shown = "unset" if value is None else repr(value)
+        switch = Line("GRAPHMEND", f"{'on' if requested else 'off'} ({shown})")
     except ConfigError as error:
         requested = False
         switch = Line("GRAPHMEND", str(error), problem=True)
@@ -139,8 +141,9 @@ def cache_lines(config: Config) -> list[Line]:
     """The cache directory and whether it can be used."""
     if not config.cache_enabled:
         return [Line("directory", f"{config.cache_dir} (not used: GRAPHMEND_CACHE is off)")]
-    # LEAD: switch this single call to BytecodeCache(config.cache_dir).problem() once
-    # cache.py has it (and drop _cache_problem).
+    # LEAD: the one call to switch to cache.py's own verdict once the cache branch is
+    # merged (BytecodeCache(config.cache_dir).check(): a problem when Access.UNUSABLE,
+    # its reason shown when READ_ONLY), then drop _cache_problem.
     problem = _cache_problem(config.cache_dir)
     if problem is not None:
         return [Line("directory", f"{config.cache_dir}: {problem}", problem=True)]
