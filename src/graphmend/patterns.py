@@ -113,16 +113,22 @@ def _check_not_reserved(pattern: str, root: str) -> None:
     stars alone (``*.modeling_*``) stands for any prefix, not a package, and
     the finder refuses reserved names whatever the patterns.
     """
-    hits = sorted(
-        (
-            name
-            for name in _RESERVED_ROOTS
-            if name == root
-            or fnmatch.fnmatchcase(name, pattern)
-            or (root.strip("*") and fnmatch.fnmatchcase(name, root))
-        ),
-        key=lambda name: (name not in ("graphmend", "torch"), name not in RESERVED_PACKAGES, name),
-    )
+    if not is_glob(root):
+        hits = [root] if root in _RESERVED_ROOTS else []
+    else:
+        hits = sorted(
+            (
+                name
+                for name in _RESERVED_ROOTS
+                if fnmatch.fnmatchcase(name, pattern)
+                or (root.strip("*") and fnmatch.fnmatchcase(name, root))
+            ),
+            key=lambda name: (
+                name not in ("graphmend", "torch"),
+                name not in RESERVED_PACKAGES,
+                name,
+            ),
+        )
     if hits:
         shown = ", ".join(hits[:3]) + (f" and {len(hits) - 3} more" if len(hits) > 3 else "")
         raise PatternError(
