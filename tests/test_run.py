@@ -148,6 +148,19 @@ def test_child_processes_install_the_hook_too(project):
     assert result.stdout.splitlines() == ["spawn True", "forkserver True", "subprocess True"]
 
 
+def test_a_reserved_module_runs_unclaimed_and_its_children_get_the_hook(project):
+    (project / "claimed.py").write_text("def f(x):\n    print(x)\n    return x\n")
+    probe = "import claimed, sys; print(type(claimed.__loader__).__name__)"
+    # As torchrun would: python -m graphmend run -m torch.distributed.run train.py
+    result = run_python(
+        "-m", "graphmend", "run", "-p", "claimed", "-m", "timeit", "-n1", "-r1",
+        f"import subprocess, sys; subprocess.run([sys.executable, '-c', {probe!r}])",
+        cwd=project,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "GraphMendLoader"
+
+
 def test_missing_script_is_one_line_and_exit_2_as_with_python(project):
     plain = run_python("missing.py", cwd=project)
     mended = run_python("-m", "graphmend", "run", "missing.py", "arg", cwd=project)

@@ -25,6 +25,7 @@ from pathlib import Path
 import graphmend
 from graphmend.activation import Installation, install_config
 from graphmend.config import Config
+from graphmend.patterns import reserved
 
 _OWN_FILES = (str(Path(graphmend.__file__).parent), runpy.__file__)
 
@@ -62,8 +63,12 @@ def run_script(path: str, args: list[str], config: Config) -> None:
 
 
 def run_module(module: str, args: list[str], config: Config) -> None:
-    """Execute ``module`` as ``python -m module`` would, with the hook claiming it."""
-    _install(config.with_more_packages([module]))
+    """Execute ``module`` as ``python -m module`` would, with the hook claiming it.
+
+    A module GraphMend never claims (``torch.distributed.run``, a standard
+    library tool) runs as it is; the processes it starts get the hook.
+    """
+    _install(config if reserved(module) else config.with_more_packages([module]))
     sys.argv = [module, *args]
     run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
     _report_uncaught(lambda: run_as_main(module, alter_argv=True))
