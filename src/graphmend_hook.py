@@ -2,7 +2,8 @@
 
 ``graphmend_hook.pth`` in site-packages imports this module only when the
 ``GRAPHMEND`` variable is set, so a process without it pays one dictionary
-lookup.  Images that prefer ``sitecustomize.py`` call :func:`activate_from_env`.
+lookup, and one with an off-word (``GRAPHMEND=0``) imports nothing more.
+Images that prefer ``sitecustomize.py`` call :func:`activate_from_env`.
 """
 
 from __future__ import annotations
@@ -10,18 +11,27 @@ from __future__ import annotations
 import os
 import sys
 
+#: ``graphmend.config.OFF_WORDS``, repeated so that an off-word imports nothing.
+OFF_WORDS = ("", "0", "false", "no", "off")
+
 
 def activate_from_env() -> None:
-    """Install the hook if ``GRAPHMEND`` is set to a true value; never raises."""
-    value = os.environ.get("GRAPHMEND", "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):  # graphmend.config.is_enabled, not imported
+    """Install the hook if ``GRAPHMEND`` is an on-word; never raises.
+
+    An unknown word or a bad ``GRAPHMEND_*`` value leaves the hook out, with
+    one line on stderr naming the variable and the value.
+    """
+    if os.environ.get("GRAPHMEND", "").strip().lower() in OFF_WORDS:
         return
     try:
-        import graphmend
+        from graphmend.config import hook_requested
 
-        graphmend.install()
+        if hook_requested():
+            import graphmend
+
+            graphmend.install()
     except Exception as error:
-        sys.stderr.write(f"graphmend: GRAPHMEND={value} but the hook was not installed: {error}\n")
+        sys.stderr.write(f"graphmend: the import hook was not installed: {error}\n")
 
 
 activate_from_env()

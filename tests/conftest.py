@@ -31,6 +31,7 @@ def _isolated(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
         "GRAPHMEND_LOG",
         "GRAPHMEND_REWRITES",
         "GRAPHMEND_CACHE",
+        "GRAPHMEND_CUDA_GUARDS",
     ):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(cache_dir))

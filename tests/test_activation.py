@@ -94,4 +94,6 @@ def test_broken_environment_never_stops_the_interpreter(write_module, tmp_path):
     )
     assert result.returncode == 0
     assert result.stdout.strip() == "started"
-    assert "graphmend: GRAPHMEND=1 but the hook was not installed" in result.stderr
+    assert result.stderr.startswith(
+        "graphmend: the import hook was not installed: GRAPHMEND_PACKAGES='not a pattern!': "
+    )

@@ -91,14 +91,18 @@ def test_unclaimed_names_namespace_packages_and_extensions_are_left_alone(
     namespace.mkdir(parents=True)
     (namespace / "inner.py").write_text("import torch\nVALUE = 1\n")
     monkeypatch.syspath_prepend(str(namespace.parent))
-    _install("gm_namespace_pkg", "math", cache_dir=cache_dir)
+    # The standard library is never claimed; a third-party extension stands in for it.
+    _install("gm_namespace_pkg", "safetensors._safetensors_rust", cache_dir=cache_dir)
     assert not isinstance(importlib.import_module(name).__loader__, GraphMendLoader)
     package = importlib.import_module("gm_namespace_pkg")
     assert not isinstance(package.__loader__, GraphMendLoader)
     inner = importlib.import_module("gm_namespace_pkg.inner")
     assert isinstance(inner.__loader__, GraphMendLoader)
     finder = next(entry for entry in sys.meta_path if isinstance(entry, GraphMendFinder))
-    assert finder.find_spec("math") is None  # built in: not source
+    safetensors = importlib.import_module("safetensors")
+    extension = "safetensors._safetensors_rust"
+    assert finder.matcher.matches(extension)
+    assert finder.find_spec(extension, safetensors.__path__) is None  # not source
 
 
 def test_syntax_error_is_exactly_the_one_python_raises(write_module, cache_dir):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -95,6 +97,80 @@ def test_packages_option_adds_patterns(project, cache_dir):
     assert extra.stdout.splitlines()[-1] == "GraphMendLoader"
 
 
+def test_exclusions_in_packages_option(project, cache_dir):
+    (project / "uses_pkg.py").write_text(
+        "import pkg.tool\nprint(type(pkg.tool.__loader__).__name__)\n"
+    )
+    excluded = run_python(
+        "-m", "graphmend", "run", "-p", "pkg.*", "-p", "!pkg.tool", "uses_pkg.py", cwd=project
+    )
+    assert excluded.returncode == 0, excluded.stderr
+    assert excluded.stdout.splitlines()[-1] == "SourceFileLoader"
+
+
+CHILDREN = textwrap.dedent(
+    """
+    import concurrent.futures
+    import multiprocessing
+    import subprocess
+    import sys
+
+    PROBE = (
+        "import claimed, graphmend.importer; "
+        "print(isinstance(claimed.__loader__, graphmend.importer.GraphMendLoader))"
+    )
+
+    def probe():
+        import claimed
+        import graphmend.importer
+
+        return isinstance(claimed.__loader__, graphmend.importer.GraphMendLoader)
+
+    if __name__ == "__main__":
+        for method in ("spawn", "forkserver"):
+            context = multiprocessing.get_context(method)
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+                print(method, pool.submit(probe).result())
+        child = subprocess.run(
+            [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
+        )
+        print("subprocess", child.stdout.strip())
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="forkserver is POSIX only")
+def test_child_processes_install_the_hook_too(project):
+    (project / "claimed.py").write_text("def f(x):\n    print(x)\n    return x\n")
+    (project / "children.py").write_text(CHILDREN)
+    result = run_python("-m", "graphmend", "run", "-p", "claimed", "children.py", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["spawn True", "forkserver True", "subprocess True"]
+
+
+def test_a_reserved_module_runs_unclaimed_and_its_children_get_the_hook(project):
+    (project / "claimed.py").write_text("def f(x):\n    print(x)\n    return x\n")
+    probe = "import claimed, sys; print(type(claimed.__loader__).__name__)"
+    # As torchrun would: python -m graphmend run -m torch.distributed.run train.py
+    result = run_python(
+        "-m", "graphmend", "run", "-p", "claimed", "-m", "timeit", "-n1", "-r1",
+        f"import subprocess, sys; subprocess.run([sys.executable, '-c', {probe!r}])",
+        cwd=project,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "GraphMendLoader"
+
+
+def test_missing_script_is_one_line_and_exit_2_as_with_python(project):
+    plain = run_python("missing.py", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "missing.py", "arg", cwd=project)
+    assert plain.returncode == mended.returncode == 2
+    assert mended.stderr == f"graphmend: can't open file {str(project / 'missing.py')!r}: " + (
+        "[Errno 2] No such file or directory\n"
+    )
+    assert mended.stderr.split(": ", 1)[1] == plain.stderr.split(": ", 1)[1]
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -113,4 +189,20 @@ def test_usage_errors_exit_2(arguments, message):
 
 def test_help_and_version():
     assert "usage: python -m graphmend run" in run_python("-m", "graphmend", "run", "-h").stdout
+    assert run_python("-m", "graphmend", "--help").stdout.startswith("usage: python -m graphmend ")
     assert run_python("-m", "graphmend", "--version").stdout.startswith("graphmend ")
+
+
+def test_console_script_help_names_the_console_script():
+    script = Path(sys.executable).with_name("graphmend")
+    if not script.exists():
+        pytest.skip("the graphmend console script is not installed next to this interpreter")
+    for arguments, usage in [
+        (["--help"], "usage: graphmend "),
+        (["run", "-h"], "usage: graphmend run"),
+    ]:
+        result = subprocess.run([str(script), *arguments], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(usage)
+    bogus = subprocess.run([str(script), "run", "--bogus", "x.py"], capture_output=True, text=True)
+    assert "(see 'graphmend run -h')" in bogus.stderr

@@ -94,6 +94,11 @@ def install_config(config: Config, *, stacklevel: int = 2) -> Installation:
     return installation
 
 
+def current() -> Installation | None:
+    """The installed hook, if any."""
+    return _active
+
+
 def uninstall() -> None:
     """Remove the hook.  Modules imported while it was installed stay rewritten."""
     with _lock:
@@ -129,11 +134,10 @@ def _unwrap_spec_from_file_location() -> None:
 
 
 def _warn_about_imported(installation: Installation, stacklevel: int) -> None:
-    matcher = installation.finder.matcher
     stale = sorted(
         name
         for name, module in list(sys.modules.items())
-        if matcher.matches(name)
+        if installation.finder.claims(name)
         and str(getattr(module, "__file__", None) or "").endswith(".py")
         and not isinstance(getattr(module, "__loader__", None), GraphMendLoader)
     )

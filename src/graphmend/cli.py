@@ -1,4 +1,4 @@
-"""Command line: ``python -m graphmend run | explain | diff | cache``."""
+"""Command line: ``python -m graphmend run | explain | diff | cache | check``."""
 
 from __future__ import annotations
 
@@ -15,17 +15,21 @@ from graphmend.discovery import DiscoveryError, discover
 from graphmend.import_closure import imported_modules
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter, Status
+from graphmend.runner import ScriptError, run_module, run_script
 
 _RUN_USAGE = """\
-usage: python -m graphmend run [-p PATTERN]... script.py [args...]
-       python -m graphmend run [-p PATTERN]... -m module [args...]
+usage: {prog} run [-p PATTERN]... script.py [args...]
+       {prog} run [-p PATTERN]... -m module [args...]
 
 Run a script or module as plain python would, with the import hook installed.
-The script (or module) itself is rewritten too.
+The script (or module) itself is rewritten too. The settings go into the
+environment (GRAPHMEND=1, GRAPHMEND_PACKAGES, ...), so child Python processes
+(multiprocessing with spawn or forkserver, subprocesses) install the hook too.
 
 options:
-  -p, --packages PATTERN  also claim modules matching PATTERN (repeatable;
-                          added to the default scope or GRAPHMEND_PACKAGES)
+  -p, --packages PATTERN  also claim modules matching PATTERN, or with '!PATTERN'
+                          never claim them (repeatable; added to the default
+                          scope or GRAPHMEND_PACKAGES)
   -h, --help              show this help and exit
 """
 
@@ -37,23 +41,40 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m graphmend`` and the ``graphmend`` script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    prog = program_name()
     try:
         if arguments and arguments[0] == "run":
-            return _run(arguments[1:])
-        return _dispatch(_parser().parse_args(arguments))
+            return _run(arguments[1:], prog)
+        return _dispatch(_parser(prog).parse_args(arguments))
     except (UsageError, ConfigError, PatternError, DiscoveryError) as error:
         print(f"graphmend: error: {error}", file=sys.stderr)
         return 2
+    except ScriptError as error:
+        print(f"graphmend: {error}", file=sys.stderr)
+        return 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def program_name() -> str:
+    """How this command was invoked: ``python -m graphmend``, or the script's name."""
+    invoked = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m graphmend" if invoked in ("", "__main__.py") else invoked
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m graphmend",
+        prog=prog,
         description="Rewrite PyTorch model code at import so torch.compile captures one graph.",
     )
     parser.add_argument("--version", action="version", version=f"graphmend {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("run", help="run a script or module with the hook (see 'run -h')")
+    commands.add_parser(
+        "check",
+        help="report the settings, the hook, the cache and torch; exit 1 on any problem",
+        description="Report the effective settings (and where each came from), whether the "
+        "hook is active in this environment, the cache directory and torch. Exit status: 0 "
+        "when nothing is a problem, 1 otherwise (for container health checks).",
+    )
     cache = commands.add_parser("cache", help="inspect, clear or warm the bytecode cache")
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("info", help="where the cache is, how many entries, their size")
@@ -97,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
 
 _TARGETS_EPILOG = """\
 TARGET is a module name (a package stands for everything below it), a glob over
-module names ('transformers.models.*.modeling_bart*') or a path to a .py file.
+module names ('transformers.models.*.modeling_bart*') or a path to a .py file;
+'!PATTERN' leaves out the modules PATTERN matches ('!*.modeling_tf_*').
 Nothing is imported or run. Exit status: 0 when every target was read, 1 when
 some could not be (reported on stderr; the others are still shown), 2 for usage
 errors.
@@ -125,6 +147,10 @@ def _targets_parser() -> argparse.ArgumentParser:
 def _dispatch(options: argparse.Namespace) -> int:
     if options.command in ("explain", "diff"):
         return _explain_or_diff(options)
+    if options.command == "check":
+        from graphmend.check import check
+
+        return check()
     config = Config.from_env()
     if options.action == "info":
         return _cache_info(config)
@@ -154,15 +180,13 @@ def _explain_or_diff(options: argparse.Namespace) -> int:
         return 1
 
 
-def _run(arguments: list[str]) -> int:
-    from graphmend.runner import run_module, run_script
-
+def _run(arguments: list[str], prog: str) -> int:
     extra: list[str] = []
     index = 0
     while index < len(arguments):
         argument = arguments[index]
         if argument in ("-h", "--help"):
-            print(_RUN_USAGE, end="")
+            print(_RUN_USAGE.format(prog=prog), end="")
             return 0
         if argument in ("-p", "--packages"):
             if index + 1 >= len(arguments):
@@ -182,11 +206,11 @@ def _run(arguments: list[str]) -> int:
             run_module(arguments[index + 1], arguments[index + 2 :], config)
             return 0
         elif argument.startswith("-"):
-            raise UsageError(f"unknown option {argument!r} (see 'python -m graphmend run -h')")
+            raise UsageError(f"unknown option {argument!r} (see '{prog} run -h')")
         else:
             run_script(argument, arguments[index + 1 :], _run_config(extra))
             return 0
-    raise UsageError("run needs a script or -m module (see 'python -m graphmend run -h')")
+    raise UsageError(f"run needs a script or -m module (see '{prog} run -h')")
 
 
 def _run_config(extra: list[str]) -> Config:

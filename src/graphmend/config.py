@@ -3,26 +3,31 @@
 Every setting has an environment variable, so that ``GRAPHMEND=1`` alone can
 configure a process (a serving container, each ``torchrun`` rank):
 
-``GRAPHMEND_PACKAGES``   comma-separated module patterns; replaces the default scope
-``GRAPHMEND_CACHE_DIR``  cache directory (default: the user cache directory)
-``GRAPHMEND_CACHE``      ``0`` turns the bytecode cache off
-``GRAPHMEND_REWRITES``   comma-separated rewrites to run (unset: all; empty: none)
-``GRAPHMEND_LOG``        ``debug`` writes one line per claimed module to stderr
+``GRAPHMEND``             ``1``/``true``/``yes``/``on`` installs the hook at startup
+``GRAPHMEND_PACKAGES``    comma-separated module patterns (``!`` excludes); replaces
+                          the default scope, or applies exclusions alone to it
+``GRAPHMEND_CACHE_DIR``   cache directory (default: the user cache directory)
+``GRAPHMEND_CACHE``       ``0`` turns the bytecode cache off
+``GRAPHMEND_REWRITES``    comma-separated rewrites to run (unset: all; empty: none)
+``GRAPHMEND_LOG``         ``debug`` writes one line per claimed module to stderr
+``GRAPHMEND_CUDA_GUARDS`` ``sync``: lowered guards raise the original exception on
+                          CUDA too (default ``async``: ``torch._assert_async``)
 
-``GRAPHMEND_CUDA_GUARDS=sync`` is read by :mod:`graphmend.runtime.traps`, where
-it takes effect: it decides what the rewritten code does on CUDA, not what is
-rewritten.
+A value GraphMend cannot use is a :class:`ConfigError` naming the variable and
+the value; at startup it means the hook is not installed, with one line on
+stderr, never a failing interpreter.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from graphmend.patterns import ModuleMatcher
+from graphmend.patterns import EXCLUDE, ModuleMatcher, PatternError
 
 #: Where transformers keeps model code and the code it calls while a model runs,
 #: plus ``transformers_modules.*``, the modules of ``trust_remote_code`` models.
@@ -41,7 +46,14 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 #: The rewrites GraphMend knows, in the order the pipeline applies them.
 ALL_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer")
 
-_FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
+#: The values of a switch such as ``GRAPHMEND`` or ``GRAPHMEND_CACHE`` (any case).
+ON_WORDS: tuple[str, ...] = ("1", "true", "yes", "on")
+OFF_WORDS: tuple[str, ...] = ("", "0", "false", "no", "off")
+
+#: What a lowered guard does on CUDA (``GRAPHMEND_CUDA_GUARDS``).
+CUDA_GUARD_MODES: tuple[str, ...] = ("async", "sync")
+
+_LOG_LEVELS = ("debug", "warning")
 
 
 class ConfigError(ValueError):
@@ -59,9 +71,40 @@ def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
     return Path(base) / "graphmend"
 
 
-def is_enabled(value: str | None) -> bool:
-    """Whether an environment flag such as ``GRAPHMEND`` is switched on."""
-    return value is not None and value.strip().lower() not in _FALSE_WORDS
+def parse_switch(value: str) -> bool:
+    """``True`` for an on-word, ``False`` for an off-word; anything else is an error."""
+    word = value.strip().lower()
+    if word in ON_WORDS:
+        return True
+    if word in OFF_WORDS:
+        return False
+    raise ConfigError(
+        f"use {'/'.join(ON_WORDS)} for on, {'/'.join(w for w in OFF_WORDS if w)} (or unset) for off"
+    )
+
+
+def hook_requested(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``GRAPHMEND`` asks for the hook; an unknown word is a :class:`ConfigError`."""
+    value = environ.get("GRAPHMEND")
+    if value is None:
+        return False
+    try:
+        return parse_switch(value)
+    except ConfigError as error:
+        raise ConfigError(f"GRAPHMEND={value!r}: {error}") from None
+
+
+def scope(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The patterns claimed: ``patterns``, or the default scope less them when they only exclude."""
+    chosen = tuple(patterns)
+    if all(pattern.strip().startswith(EXCLUDE) for pattern in chosen):
+        return (*DEFAULT_PACKAGES, *chosen)
+    return chosen
+
+
+def cuda_guards(environ: Mapping[str, str] = os.environ) -> str:
+    """``GRAPHMEND_CUDA_GUARDS``, checked: ``"async"`` (the default) or ``"sync"``."""
+    return _read("GRAPHMEND_CUDA_GUARDS", environ) or CUDA_GUARD_MODES[0]
 
 
 def _split(value: str) -> tuple[str, ...]:
@@ -78,6 +121,97 @@ def _check_rewrites(names: Iterable[str]) -> frozenset[str]:
     return chosen
 
 
+def _packages(value: str) -> tuple[str, ...]:
+    patterns = _split(value)
+    if not patterns:
+        if value.strip():
+            raise ConfigError("names no module pattern (unset it for the default scope)")
+        return DEFAULT_PACKAGES
+    try:
+        ModuleMatcher(patterns)
+    except PatternError as error:
+        raise ConfigError(str(error)) from None
+    return scope(patterns)
+
+
+def _cache_dir(value: str) -> Path | None:
+    return Path(value.strip()).expanduser() if value.strip() else None
+
+
+def _log(value: str) -> bool:
+    level = value.strip().lower() or "warning"
+    if level not in _LOG_LEVELS:
+        raise ConfigError(
+            "use 'debug' (a line per claimed module) "
+            "or 'warning' (the default: only modules that fell back)"
+        )
+    return level == "debug"
+
+
+def _cuda_guards(value: str) -> str:
+    mode = value.strip().lower() or CUDA_GUARD_MODES[0]
+    if mode not in CUDA_GUARD_MODES:
+        raise ConfigError(
+            "use 'sync' (the original exception, a host synchronisation per guard) or "
+            "'async' (the default: torch._assert_async)"
+        )
+    return mode
+
+
+@dataclass(frozen=True)
+class _Variable:
+    name: str
+    field: str
+    parse: Callable[[str], Any]
+
+
+_VARIABLES: tuple[_Variable, ...] = (
+    _Variable("GRAPHMEND_PACKAGES", "packages", _packages),
+    _Variable("GRAPHMEND_CACHE_DIR", "cache_dir", _cache_dir),
+    _Variable("GRAPHMEND_CACHE", "cache_enabled", parse_switch),
+    _Variable("GRAPHMEND_REWRITES", "rewrites", lambda value: _check_rewrites(_split(value))),
+    _Variable("GRAPHMEND_LOG", "debug", _log),
+    _Variable("GRAPHMEND_CUDA_GUARDS", "cuda_guards", _cuda_guards),
+)
+
+
+def _read(name: str, environ: Mapping[str, str]) -> Any:
+    """The parsed value of one variable; ``None`` when unset (the default applies)."""
+    variable = next(v for v in _VARIABLES if v.name == name)
+    value = environ.get(name)
+    if value is None:
+        return None
+    try:
+        return variable.parse(value)
+    except ConfigError as error:
+        raise ConfigError(f"{name}={value!r}: {error}") from None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``GRAPHMEND_*`` variable as a process sees it (what ``check`` reports)."""
+
+    variable: str
+    field: str
+    #: The variable's value, ``None`` when unset.
+    raw: str | None
+    #: Why the value cannot be used, naming the variable and the value; ``None`` if it can.
+    error: str | None
+
+
+def read_settings(environ: Mapping[str, str] = os.environ) -> list[Setting]:
+    """Every ``GRAPHMEND_*`` setting variable, with its value and any error."""
+    settings = []
+    for variable in _VARIABLES:
+        try:
+            _read(variable.name, environ)
+            error = None
+        except ConfigError as problem:
+            error = str(problem)
+        settings.append(Setting(variable.name, variable.field, environ.get(variable.name), error))
+    return settings
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything that decides what GraphMend does in one process."""
@@ -87,39 +221,42 @@ class Config:
     cache_enabled: bool = True
     rewrites: frozenset[str] = frozenset(ALL_REWRITES)
     debug: bool = False
+    cuda_guards: str = CUDA_GUARD_MODES[0]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rewrites", _check_rewrites(self.rewrites))
+        object.__setattr__(self, "packages", scope(self.packages))
+        if self.cuda_guards not in CUDA_GUARD_MODES:
+            raise ConfigError(f"cuda_guards={self.cuda_guards!r}: use 'async' or 'sync'")
         # Validates the patterns now rather than at the first import.
         ModuleMatcher(self.packages)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Config:
-        """Read the ``GRAPHMEND_*`` environment variables."""
-        packages = _split(environ.get("GRAPHMEND_PACKAGES", "")) or DEFAULT_PACKAGES
-        cache_dir = environ.get("GRAPHMEND_CACHE_DIR", "").strip()
-        rewrites = environ.get("GRAPHMEND_REWRITES")
-        log = environ.get("GRAPHMEND_LOG", "").strip().lower()
-        if log not in ("", "debug", "warning"):
-            raise ConfigError(
-                f"GRAPHMEND_LOG={log!r}: use 'debug' (a line per claimed module) "
-                "or 'warning' (the default: only modules that fell back)"
-            )
-        return cls(
-            packages=packages,
-            cache_dir=Path(cache_dir).expanduser() if cache_dir else default_cache_dir(environ),
-            cache_enabled=environ.get("GRAPHMEND_CACHE") is None
-            or is_enabled(environ.get("GRAPHMEND_CACHE")),
-            rewrites=_check_rewrites(_split(rewrites)) if rewrites is not None else ALL_REWRITES,
-            debug=log == "debug",
-        )
+        """Read the ``GRAPHMEND_*`` environment variables; a bad one is a :class:`ConfigError`."""
+        values = {variable.field: _read(variable.name, environ) for variable in _VARIABLES}
+        chosen = {name: value for name, value in values.items() if value is not None}
+        chosen.setdefault("cache_dir", default_cache_dir(environ))
+        return cls(**chosen)
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables that make a child process install the hook with these settings."""
+        return {
+            "GRAPHMEND": "1",
+            "GRAPHMEND_PACKAGES": ",".join(self.packages),
+            "GRAPHMEND_CACHE_DIR": str(self.cache_dir),
+            "GRAPHMEND_CACHE": "1" if self.cache_enabled else "0",
+            "GRAPHMEND_REWRITES": ",".join(r for r in ALL_REWRITES if r in self.rewrites),
+            "GRAPHMEND_LOG": "debug" if self.debug else "warning",
+            "GRAPHMEND_CUDA_GUARDS": self.cuda_guards,
+        }
 
     def with_packages(self, packages: Iterable[str]) -> Config:
-        """A copy claiming exactly ``packages``."""
+        """A copy claiming exactly ``packages`` (exclusions alone apply to the default scope)."""
         return replace(self, packages=tuple(packages))
 
     def with_more_packages(self, extra: Iterable[str]) -> Config:
-        """A copy claiming ``extra`` as well."""
+        """A copy claiming ``extra`` as well (an exclusion in ``extra`` narrows the scope)."""
         return self.with_packages([*self.packages, *extra])
 
     def with_rewrites(self, rewrites: Iterable[str]) -> Config:

@@ -134,9 +134,13 @@ class Batch:
         self.failures = 0
 
     def reports(self, targets: Iterable[str]) -> Iterator[ModuleReport]:
-        """A report per module, each file once, in target order."""
+        """A report per module, each file once, in target order; ``!PATTERN`` targets exclude."""
+        targets = list(targets)
+        excluded = ModuleMatcher(target for target in targets if target.startswith("!"))
         seen: set[Path] = set()
         for target in targets:
+            if target.startswith("!"):
+                continue
             try:
                 modules = resolve(target)
             except TargetError as error:
@@ -144,7 +148,7 @@ class Batch:
                 continue
             for module in modules:
                 real = module.path.resolve()
-                if real in seen:
+                if real in seen or excluded.excludes(module.name):
                     continue
                 seen.add(real)
                 try:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from types import CodeType, ModuleType
 from typing import Any
 
-from graphmend.patterns import ModuleMatcher
+from graphmend.patterns import ModuleMatcher, reserved
 from graphmend.rewriter import ModuleRewriter
 
 
@@ -69,7 +69,7 @@ class GraphMendFinder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if not self.matcher.matches(fullname):
+        if not self.claims(fullname):
             return None
         busy: set[str] = self._busy.__dict__.setdefault("names", set())
         if fullname in busy:
@@ -85,9 +85,18 @@ class GraphMendFinder:
         spec.loader = GraphMendLoader(fullname, spec.origin, self.rewriter)
         return spec
 
+    def claims(self, fullname: str) -> bool:
+        """Whether the module ``fullname`` is GraphMend's to rewrite.
+
+        The patterns cannot name a reserved module (GraphMend's own, torch, what
+        they import), but a glob such as ``*.modeling_*`` could still match one;
+        refusing here too keeps every torch program importable whatever matched.
+        """
+        return self.matcher.matches(fullname) and not reserved(fullname)
+
     def claim_spec(self, spec: importlib.machinery.ModuleSpec | None) -> None:
         """Give a spec built outside the import system GraphMend's loader, if claimed."""
-        if claimable(spec) and self.matcher.matches(spec.name):  # type: ignore[union-attr]
+        if claimable(spec) and self.claims(spec.name):  # type: ignore[union-attr]
             spec.loader = GraphMendLoader(spec.name, spec.origin, self.rewriter)  # type: ignore[union-attr,arg-type]
 
 

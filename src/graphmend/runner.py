@@ -3,6 +3,12 @@
 ``sys.argv``, ``sys.path[0]``, the ``__main__`` module and the exit status are
 what ``python script.py`` / ``python -m module`` give; the script itself is
 rewritten too (a module run with ``-m`` is claimed by name).
+
+The run's settings go into ``os.environ`` (``GRAPHMEND=1`` and every
+``GRAPHMEND_*`` variable, as coverage.py does with ``COVERAGE_PROCESS_START``),
+so every child Python process, DataLoader workers and process pools with the
+spawn or forkserver context included, installs the same hook at startup through
+``graphmend_hook.pth``; forked children inherit the installed hook anyway.
 """
 
 from __future__ import annotations
@@ -17,18 +23,28 @@ from collections.abc import Callable
 from pathlib import Path
 
 import graphmend
-from graphmend.activation import install_config
+from graphmend.activation import Installation, install_config
 from graphmend.config import Config
+from graphmend.patterns import reserved
 
 _OWN_FILES = (str(Path(graphmend.__file__).parent), runpy.__file__)
 
 
+class ScriptError(Exception):
+    """A script that cannot be opened; reported as ``python`` reports it, exit status 2."""
+
+
 def run_script(path: str, args: list[str], config: Config) -> None:
     """Execute ``path`` as ``__main__`` with the hook installed."""
-    installation = install_config(config)
     absolute = os.path.abspath(path)
-    with open(absolute, "rb") as handle:
-        source = handle.read()
+    try:
+        with open(absolute, "rb") as handle:
+            source = handle.read()
+    except OSError as error:
+        raise ScriptError(
+            f"can't open file {absolute!r}: [Errno {error.errno}] {error.strerror}"
+        ) from None
+    installation = _install(config)
     code = installation.finder.rewriter.code_for("__main__", absolute, source)
     if code is None:
         code = compile(source, absolute, "exec", dont_inherit=True)
@@ -47,11 +63,21 @@ def run_script(path: str, args: list[str], config: Config) -> None:
 
 
 def run_module(module: str, args: list[str], config: Config) -> None:
-    """Execute ``module`` as ``python -m module`` would, with the hook claiming it."""
-    install_config(config.with_more_packages([module]))
+    """Execute ``module`` as ``python -m module`` would, with the hook claiming it.
+
+    A module GraphMend never claims (``torch.distributed.run``, a standard
+    library tool) runs as it is; the processes it starts get the hook.
+    """
+    _install(config if reserved(module) else config.with_more_packages([module]))
     sys.argv = [module, *args]
     run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
     _report_uncaught(lambda: run_as_main(module, alter_argv=True))
+
+
+def _install(config: Config) -> Installation:
+    """Install the hook here, and in every child process through the environment."""
+    os.environ.update(config.environment())
+    return install_config(config)
 
 
 def _report_uncaught(run: Callable[[], object]) -> None:
