@@ -270,9 +270,18 @@ def test_check_reports_a_healthy_environment_with_exit_0(cache_dir):
     assert any(line.split() == ["this", "process", "hook", "installed"] for line in lines)
     assert f"GRAPHMEND_CACHE_DIR    {cache_dir} (environment)" in result.stdout
     assert "GRAPHMEND_PACKAGES     transformers.models.*," in result.stdout
-    assert f"{cache_dir}: usable" in result.stdout
+    assert f"{cache_dir}: read-write" in result.stdout
     assert "(requirement: torch>=" in result.stdout
     assert lines[-1] == "status: ok"
+
+
+def test_check_fails_on_a_cache_others_can_write(monkeypatch, capsys, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    status, out = _check(monkeypatch, capsys, GRAPHMEND_CACHE_DIR=str(shared))
+    assert status == 1
+    assert f"PROBLEM: {shared}" in out and "writable by" in out
 
 
 def _check(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], **env: str):
@@ -304,7 +313,7 @@ def test_check_fails_on_each_bad_value(monkeypatch, capsys, tmp_path):
     assert "PROBLEM: GRAPHMEND='maybe': use 1/true/yes/on" in out
     assert "PROBLEM: GRAPHMEND_CUDA_GUARDS='bogus'" in out
     assert "PROBLEM: GRAPHMEND_PACKAGES='mypkg.': invalid module pattern" in out
-    assert f"PROBLEM: {tmp_path / 'a_file'}: not a directory" in out
+    assert f"PROBLEM: {tmp_path / 'a_file'} is not a directory" in out
     # The other settings are still shown, with their sources.
     assert "GRAPHMEND_REWRITES     predicate, trap, defer (default)" in out
     assert out.endswith("status: 4 problem(s)\n")

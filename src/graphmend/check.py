@@ -20,6 +20,7 @@ from pathlib import Path
 
 from graphmend import __version__
 from graphmend.activation import current
+from graphmend.cache import Access, BytecodeCache
 from graphmend.config import ALL_REWRITES, Config, ConfigError, hook_requested, read_settings
 
 STARTUP_FILE = "graphmend_hook.pth"
@@ -141,27 +142,12 @@ def cache_lines(config: Config) -> list[Line]:
     """The cache directory and whether it can be used."""
     if not config.cache_enabled:
         return [Line("directory", f"{config.cache_dir} (not used: GRAPHMEND_CACHE is off)")]
-    # LEAD: the one call to switch to cache.py's own verdict once the cache branch is
-    # merged (BytecodeCache(config.cache_dir).check(): a problem when Access.UNUSABLE,
-    # its reason shown when READ_ONLY), then drop _cache_problem.
-    problem = _cache_problem(config.cache_dir)
-    if problem is not None:
-        return [Line("directory", f"{config.cache_dir}: {problem}", problem=True)]
-    return [Line("directory", f"{config.cache_dir}: usable")]
-
-
-def _cache_problem(directory: Path) -> str | None:
-    """Why the cache directory cannot be used, or ``None`` (existence and access only)."""
-    if not directory.exists():
-        parent = next(p for p in directory.parents if p.exists())
-        if not os.access(parent, os.W_OK | os.X_OK):
-            return f"does not exist and cannot be created ({parent} is not writable)"
-        return None
-    if not directory.is_dir():
-        return "not a directory"
-    if not os.access(directory, os.R_OK | os.X_OK):
-        return "not readable"
-    return None
+    verdict = BytecodeCache(config.cache_dir).check()
+    if verdict.access is Access.UNUSABLE:
+        return [Line("directory", verdict.reason, problem=True)]
+    if verdict.access is Access.READ_ONLY:
+        return [Line("directory", f"{config.cache_dir}: read-only: {verdict.reason}")]
+    return [Line("directory", f"{config.cache_dir}: read-write")]
 
 
 def torch_lines() -> list[Line]:
