@@ -415,10 +415,13 @@ def test_cli_warm_makes_a_cache_others_can_read(tmp_path, cache_dir, monkeypatch
 
 
 @posix_modes
-def test_cli_warm_refuses_a_cache_others_can_write(tmp_path, cache_dir, capsys):
+def test_cli_warm_refuses_a_cache_others_can_write(tmp_path, cache_dir, monkeypatch, capsys):
+    (tmp_path / "pkgs").mkdir()
+    (tmp_path / "pkgs" / "gm_warm_two.py").write_bytes(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
     cache_dir.mkdir(mode=0o700)
     cache_dir.chmod(0o777)
-    assert cli_main(["cache", "warm", "graphmend.config"]) == 2
+    assert cli_main(["cache", "warm", "gm_warm_two"]) == 2
     err = capsys.readouterr().err
     assert f"cannot warm the cache in {cache_dir}" in err and "others can write it" in err
     with pytest.warns(GraphMendWarning, match="others can write it"):

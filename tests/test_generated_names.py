@@ -17,13 +17,13 @@ MODULE = """
 import torch
 
 def step(x):
-    print("step", x.shape)
     if x.sum() > 0:
         y = x * 2
     else:
         y = x - 1
     if (y > 100).any():
         raise ValueError("too large")
+    print("step", x.shape)  # after the guard: output before it would keep its break
     return y + 1
 """
 

@@ -415,3 +415,43 @@ def test_python_conditions_are_not_candidates():
         )
         == ()
     )
+
+
+def test_type_checks_of_tensor_values_are_not_candidates():
+    # blenderbot: `layer_outputs[0] if isinstance(layer_outputs, tuple) else layer_outputs`
+    assert (
+        _findings(
+            """
+            import torch
+            def f(layer, x):
+                outputs = layer(torch.relu(x))
+                h = outputs[0] if isinstance(outputs, tuple) else outputs
+                n = h.sum() if hasattr(h, "sum") and len(h) > 1 else h
+                return h if callable(h) or type(h) is tuple else n
+            """
+        )
+        == ()
+    )
+
+
+def test_methods_that_build_objects_are_left_alone_but_not_what_they_define():
+    source = """
+        import torch
+        class M(torch.nn.Module):
+            def __init__(self, x):
+                super().__init__()
+                if x.sum() > 0:
+                    x = x * 2
+                def hook(module, args):
+                    h = args[0]
+                    if h.sum() > 0:
+                        h = h * 2
+                    return (h,)
+                self.register_forward_pre_hook(hook)
+
+            def __init_subclass__(cls, x=None):
+                if x is not None and x.any():
+                    x = x + 1
+        """
+    (finding,) = _findings(source)
+    assert finding.function == "M.__init__.<locals>.hook"

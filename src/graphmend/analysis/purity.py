@@ -67,8 +67,10 @@ _HOST_CONVERSION_NAMES = frozenset(f"builtins.{name}" for name in HOST_CONVERSIO
 #: Calls whose result is metadata known at trace time, never tensor data.
 _METADATA_METHODS = frozenset({"size", "dim", "numel", "is_floating_point", "element_size"})
 _METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})
-_METADATA_BUILTINS = frozenset(
-    {"isinstance", "issubclass", "hasattr", "getattr", "callable", "len", "type"}
+#: Builtins whose result is a Python value whatever their arguments hold.
+_PYTHON_VALUED_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in ("isinstance", "issubclass", "hasattr", "callable", "len", "type")
 )
 
 
@@ -137,9 +139,9 @@ def may_hold_tensor_data(
         if isinstance(expr.func, ast.Attribute) and expr.func.attr in _METADATA_METHODS:
             return False
         name = qualified_name(expr.func, scopes, functions)
-        if _python_valued(name):
+        if _python_valued(name) or name in _PYTHON_VALUED_BUILTINS:
             return False
-        if name is None or name.removeprefix("builtins.") not in _METADATA_BUILTINS:
+        if name != "builtins.getattr":  # getattr's value is whatever the attribute holds
             return True
     return any(
         may_hold_tensor_data(child, scopes, functions, tensor_names)

@@ -23,6 +23,7 @@ RUNTIME = f"{PREFIX}rt"  # the module global holding graphmend.runtime
 TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
 
 _GENERATED = "_graphmend_generated"
+_NEVER_TRACED = frozenset({"__init__", "__init_subclass__"})
 _LEFT_ALONE = "_graphmend_left_alone"
 
 
@@ -304,9 +305,11 @@ class FunctionStatementRewriter:
                 rewritten.append(statement)
             elif isinstance(statement, ast.FunctionDef | ast.ClassDef):
                 function = statement if isinstance(statement, ast.FunctionDef) else None
+                traced = function is not None and not self._never_traced(function)
                 self._scopes.append((statement.name, function))
                 catching, self._catching = self._catching, 0  # a new frame
-                statement.body = self._rewrite_block(statement.body, function is not None)
+                # (the functions nested in one never traced are still rewritten)
+                statement.body = self._rewrite_block(statement.body, traced)
                 self._catching = catching
                 self._scopes.pop()
                 rewritten.append(statement)
@@ -318,6 +321,12 @@ class FunctionStatementRewriter:
             else:
                 rewritten.extend(self._rewrite_in_function(statement))
         return rewritten
+
+    def _never_traced(self, function: ast.FunctionDef) -> bool:
+        """A method that builds an object (``__init__``, ``__init_subclass__``): models are
+        built before ``torch.compile`` traces them, so nothing there is a candidate site."""
+        in_class = bool(self._scopes) and self._scopes[-1][1] is None
+        return in_class and function.name in _NEVER_TRACED
 
     def _rewrite_in_function(self, statement: ast.stmt) -> list[ast.stmt]:
         """Rewrite a statement, then what it holds (outer sites first)."""
