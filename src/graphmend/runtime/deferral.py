@@ -49,8 +49,8 @@ def print_arg(value: Any) -> Any:
 
 def piece(value: Any, conversion: int, spec: str) -> Any:
     """A replacement field of an f-string: a tensor is carried, a fixed value formatted now."""
-    if isinstance(value, torch.Tensor):
-        return carry(value)
+    if isinstance(value, torch.Tensor) or type(value) in (int, float, bool):
+        return carry(value)  # a number may be symbolic: render() formats it after the graph
     return format_now(value, conversion, spec) if formattable_now(value) else value
 
 
