@@ -100,7 +100,7 @@ print(any(name.startswith("graphmend") for name in sys.modules))
 """
 
 
-@pytest.mark.skipif(not HAS_IS_EXPORTING, reason="needs torch.compiler.is_exporting (torch 2.6+)")
+@pytest.mark.skipif(not HAS_IS_EXPORTING, reason="no torch.compiler.is_exporting (2.5, 2.6)")
 @pytest.mark.parametrize("strict", [True, False])
 def test_exported_program_loads_and_checks_without_graphmend(load_rewritten, tmp_path, strict):
     module = load_rewritten(EXPORTED)

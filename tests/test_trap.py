@@ -78,7 +78,7 @@ def _outcome(function, *args):
         return type(error), str(error)
 
 
-# torch 2.5's aot_eager backend runs the graph with torch.fx.Interpreter, which
+# The aot_eager backend of torch 2.5 and 2.6 runs the graph with torch.fx.Interpreter, which
 # appends "While executing <node>" to the message of any exception raised in it.
 def _names(code: types.CodeType) -> set[str]:
     nested = (_names(const) for const in code.co_consts if isinstance(const, types.CodeType))

@@ -49,7 +49,7 @@ def assume_constant_result(dynamo: ModuleType, function: Callable[..., Any]) -> 
 
     TorchDynamo (2.5 to 2.13) stores each result it bakes in the globals of the
     module whose frame it compiles, under the function's code name: a plain
-    name would overwrite a global of that name there (on torch 2.5 it replaced
+    name would overwrite a global of that name there (on torch 2.5 and 2.6 it replaced
     :func:`format_now` itself in GraphMend's modules with a string).
     """
     name = f"__graphmend_{function.__name__}"

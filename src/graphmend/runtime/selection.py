@@ -87,7 +87,7 @@ def module_is_pure(module: Any) -> bool:
 
 
 def _global_hooks() -> bool:
-    hooks = nn.modules.module  # torch 2.5 has these dicts but no _has_any_global_hook()
+    hooks = nn.modules.module  # 2.5 and 2.6 have no _has_any_global_hook()
     return bool(
         hooks._global_backward_pre_hooks
         or hooks._global_backward_hooks
