@@ -1,19 +1,28 @@
 # GraphMend developer commands; `make demo` and `make test` work from a clean clone.
 #
-# Two environments: .venv (newest transformers) and .venv-tf4 (a transformers
-# 4.x release, still pinned by many deployments).  torch is pinned to the
-# CPU build that lies on this project's machines; the package itself only
-# asks for torch>=2.5.
+# Three environments: .venv (newest transformers), .venv-tf4 (a transformers
+# 4.x release, still pinned by many deployments), both on the torch CPU build
+# that lies on this project's machines, and .venv-floor: the oldest torch the
+# package declares (pyproject: torch>=2.5), for a smoke test.  PyPI has torch
+# 2.5.1 only as its CUDA build (about 3.5 GB with its nvidia packages); it runs
+# on CPU-only machines.  Keep FLOOR_PINS, pyproject's torch floor and
+# runtime/dynamo_support.TESTED in step.
 
 PYTHON ?= python3
 TORCH_PIN := torch==2.13.0
 TF4_PIN := transformers==4.51.3
+FLOOR_PINS := torch==2.5.1 transformers==4.51.3
 VENV := .venv
 VENV_TF4 := .venv-tf4
+VENV_FLOOR := .venv-floor
 PYTEST_FLAGS ?= -q
+# The smoke test on the floor: import of real model code through the hook,
+# T1/T2/T3 compiled (backend eager), and the warnings of what an old torch lacks.
+FLOOR_TESTS := tests/test_torch_support.py tests/test_trap.py tests/test_defer.py \
+	tests/test_predicate.py tests/test_hook.py
 SETUP_INPUTS := pyproject.toml src/graphmend_hook.py src/graphmend_hook.pth
 
-.PHONY: demo test test-latest test-tf4 lint format clean
+.PHONY: demo test test-latest test-tf4 test-floor lint format clean
 
 $(VENV)/.ready: $(SETUP_INPUTS)
 	$(PYTHON) -m venv $(VENV)
@@ -25,16 +34,24 @@ $(VENV_TF4)/.ready: $(SETUP_INPUTS)
 	$(VENV_TF4)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)" "$(TF4_PIN)" -e ".[test]"
 	touch $@
 
+$(VENV_FLOOR)/.ready: $(SETUP_INPUTS)
+	$(PYTHON) -m venv $(VENV_FLOOR)
+	$(VENV_FLOOR)/bin/python -m pip install --quiet --disable-pip-version-check $(FLOOR_PINS) -e ".[test]"
+	touch $@
+
 demo: $(VENV)/.ready
 	$(VENV)/bin/python examples/demo.py
 
-test: test-latest test-tf4
+test: test-latest test-tf4 test-floor
 
 test-latest: $(VENV)/.ready
 	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS)
 
 test-tf4: $(VENV_TF4)/.ready
 	$(VENV_TF4)/bin/python -m pytest $(PYTEST_FLAGS)
+
+test-floor: $(VENV_FLOOR)/.ready
+	$(VENV_FLOOR)/bin/python -m pytest $(PYTEST_FLAGS) -m "not inductor" $(FLOOR_TESTS)
 
 lint: $(VENV)/.ready
 	$(VENV)/bin/ruff check src tests bench examples/demo.py
@@ -45,4 +62,4 @@ format: $(VENV)/.ready
 	$(VENV)/bin/ruff format src tests bench examples/demo.py
 
 clean:
-	rm -rf $(VENV) $(VENV_TF4) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_TF4) $(VENV_FLOOR) .pytest_cache .ruff_cache

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import torch
 
 from graphmend.runtime import dynamo_support
-from graphmend.runtime.formatting import format_now
+from graphmend.runtime.formatting import assume_constant_result, format_now
 from graphmend.runtime.post_import import when_imported
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -146,7 +146,7 @@ def _enable(_dynamo: object = None) -> None:
 
 def _mark_constant(dynamo: Any) -> None:
     # Called by TorchDynamo while it traces, with its answer baked into the trace.
-    dynamo.assume_constant_result(output_pending)
+    assume_constant_result(dynamo, output_pending)
 
 
 when_imported("torch._dynamo", _enable)

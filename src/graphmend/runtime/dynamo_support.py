@@ -1,49 +1,75 @@
 """What TorchDynamo needs so that deferred calls are never lost.
 
 TorchDynamo collects reordered calls (``config.reorderable_logging_functions``)
-per frame being traced.  Up to at least torch 2.13 the list of an inlined
-frame (a submodule's ``forward``, any function called from the compiled one)
-is dropped when inlining ends: the calls silently never happen.  Model code is
-almost always inlined, so GraphMend makes inlined frames share the list of the
-frame that owns the graph, which then runs them after the graph in order.
+per frame being traced.  From torch 2.5 to 2.13 the list of an inlined frame (a
+submodule's ``forward``, any function called from the compiled one) is dropped
+when inlining ends (2.5 has no list there at all): the calls silently never
+happen.  Model code is almost always inlined, so GraphMend makes inlined frames
+share the list of the frame that owns the graph, which then runs them after the
+graph in order.
+
+Upper bound policy.  The one internal patched is
+``torch._dynamo.symbolic_convert.InliningInstructionTranslator.__init__``
+(wrapped: the new instance's ``debug_locals`` becomes its ``parent``'s).  The
+decision is made from torch's version, never by reading Dynamo's source: the
+patch is applied on the releases the test suite runs on (:data:`TESTED`, both
+ends tested).  On a newer torch, whose Dynamo may drop, duplicate or already
+keep those calls, GraphMend does not guess: deferred calls stay off (output
+calls keep their graph breaks, as without GraphMend) and one warning says so.
+The patch is one attribute assignment, made when TorchDynamo is imported; its
+code runs only while Dynamo inlines a frame, that is while compiling.  (A
+start-of-compile callback would be later still, but ``torch._dynamo.reset()``
+removes those callbacks, and a reset before the first compile would lose the
+calls silently.)
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
+import re
+import warnings
 from typing import Any
+
+import torch
+
+from graphmend.rewriter import GraphMendWarning
+
+#: The oldest and newest torch releases (major, minor) the patch is tested on.
+TESTED = ((2, 5), (2, 13))
 
 _PATCHED = "_graphmend_shares_debug_locals"
 
 
-def keep_inlined_deferred_calls() -> bool:
-    """Make inlined frames keep their reordered calls; False if this torch cannot."""
-    try:
-        from torch._dynamo.symbolic_convert import InliningInstructionTranslator
-    except ImportError:
+def torch_release(version: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a torch version string such as ``2.13.0+cpu``; None if unreadable."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def keep_inlined_deferred_calls(version: str = torch.__version__) -> bool:
+    """Make inlined frames keep their reordered calls; False (and a warning) on untested torch."""
+    release = torch_release(version)
+    if release is None or not TESTED[0] <= release <= TESTED[1]:
+        newest = ".".join(map(str, TESTED[1]))
+        warnings.warn(
+            f"GraphMend: torch {version} is not among the releases its TorchDynamo support is "
+            f"tested on (2.5 to {newest}); print, logging and warnings calls in compiled code "
+            "keep their graph breaks",
+            GraphMendWarning,
+            stacklevel=2,
+        )
         return False
+    from torch._dynamo.symbolic_convert import InliningInstructionTranslator
+
     original = InliningInstructionTranslator.__init__
     if getattr(original, _PATCHED, False):
-        return True
-    if _handles_inlined_calls_itself(InliningInstructionTranslator):
         return True
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        parent = getattr(self, "parent", None)
-        if parent is not None and hasattr(parent, "debug_locals"):
-            self.debug_locals = parent.debug_locals
+        self.debug_locals = self.parent.debug_locals
 
     setattr(__init__, _PATCHED, True)
     InliningInstructionTranslator.__init__ = __init__
     return True
-
-
-def _handles_inlined_calls_itself(translator: type) -> bool:
-    """Whether this torch passes an inlined frame's reordered calls on by itself."""
-    try:
-        return "debug_locals" in inspect.getsource(translator)
-    except (OSError, TypeError):
-        return False

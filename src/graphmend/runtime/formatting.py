@@ -44,8 +44,22 @@ def format_now(value: Any, conversion: int, spec: str) -> str:
     return f"{convert(value, conversion):{spec}}"
 
 
+def assume_constant_result(dynamo: ModuleType, function: Callable[..., Any]) -> None:
+    """Mark ``function`` as a constant-result function, under a name no one else uses.
+
+    TorchDynamo (2.5 to 2.13) stores each result it bakes in the globals of the
+    module whose frame it compiles, under the function's code name: a plain
+    name would overwrite a global of that name there (on torch 2.5 and 2.6 it replaced
+    :func:`format_now` itself in GraphMend's modules with a string).
+    """
+    name = f"__graphmend_{function.__name__}"
+    function.__name__ = name
+    function.__code__ = function.__code__.replace(co_name=name)
+    dynamo.assume_constant_result(function)
+
+
 def _mark_constant(dynamo: ModuleType) -> None:
-    dynamo.assume_constant_result(format_now)
+    assume_constant_result(dynamo, format_now)
 
 
 when_imported("torch._dynamo", _mark_constant)

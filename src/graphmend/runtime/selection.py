@@ -87,8 +87,13 @@ def module_is_pure(module: Any) -> bool:
 
 
 def _global_hooks() -> bool:
-    has_any = getattr(nn.modules.module, "_has_any_global_hook", None)
-    return bool(has_any()) if has_any is not None else True
+    hooks = nn.modules.module  # 2.5 and 2.6 have no _has_any_global_hook()
+    return bool(
+        hooks._global_backward_pre_hooks
+        or hooks._global_backward_hooks
+        or hooks._global_forward_pre_hooks
+        or hooks._global_forward_hooks
+    )
 
 
 def branch(

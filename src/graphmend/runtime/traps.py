@@ -13,27 +13,44 @@ operation in the graph that raises when the condition holds:
   device-side assert triggered``, after which the CUDA context is unusable.
   ``GRAPHMEND_CUDA_GUARDS=sync`` uses ``graphmend::raise_if`` on CUDA too: the
   original exception, at the price of a host synchronisation per guard (and no
-  CUDA graphs).
+  CUDA graphs);
+* while ``torch.export`` traces, ``torch._assert_async`` on every device: an
+  exported program then holds only standard operators and loads where
+  GraphMend is not installed (a failing check raises ``RuntimeError``).
 
-The message is formatted at trace time, so it may only hold values known then
-(shapes, dtypes, Python values); a message that needs tensor data keeps the
-original graph break.
+The message may only hold values known at trace time (shapes, dtypes, Python
+values): text is formatted then, numbers travel into the graph and are
+formatted by the kernel.  A message that needs tensor data keeps the original
+graph break.
 """
 
 from __future__ import annotations
 
-import os
+import functools
 import sys
+import warnings
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import torch
 
+from graphmend.config import ConfigError, cuda_guards
+from graphmend.rewriter import GraphMendWarning
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.deferral import output_pending
-from graphmend.runtime.formatting import format_now, formattable_now
+from graphmend.runtime.formatting import assume_constant_result, format_now, formattable_now
 from graphmend.runtime.post_import import when_imported
 
-_SYNC_ON_CUDA = os.environ.get("GRAPHMEND_CUDA_GUARDS", "").strip().lower() == "sync"
+
+def _sync_on_cuda() -> bool:
+    try:
+        return cuda_guards() == "sync"
+    except ConfigError:  # reported when the hook was installed; the default then
+        return False
+
+
+_SYNC_ON_CUDA = _sync_on_cuda()
 _operator_ready = False
 
 
@@ -41,64 +58,83 @@ Piece = str | tuple[str, list[Any]]
 
 
 def text(value: Any, conversion: int, spec: str) -> Piece | None:
-    """A field of a guard's message: text now, or integers to format when the guard fires.
+    """A field of a guard's message: text now, or numbers to format when the guard fires.
 
-    Integers and shapes travel into the graph as integers (they may be
-    symbolic sizes) and are formatted by the kernel; other values whose text is
-    fixed are formatted now.  ``None``: the field needs tensor data, or an
-    object whose text could change, and the guard keeps its graph break.
+    Numbers (ints, floats, bools) and shapes travel into the graph as numbers:
+    under TorchDynamo they may be symbolic (a size, or a Python float made
+    dynamic after it changed), so only the kernel can format them.  Other values
+    whose text is fixed are formatted now.  ``None``: the field needs tensor
+    data, or an object whose text could change, and the guard keeps its break.
     """
-    if _is_int(value):
-        return f"int:1:{conversion}:{spec}", [value]
-    if type(value) in (tuple, list, torch.Size) and all(_is_int(item) for item in value):
-        kind = "size" if type(value) is torch.Size else type(value).__name__
-        return f"{kind}:{len(value)}:{conversion}:{spec}", list(value)
+    if _is_number(value):
+        return f"number:{_code(value)}:{conversion}:{spec}", [value]
+    if type(value) in (tuple, list, torch.Size) and all(_is_number(item) for item in value):
+        codes = "".join([_code(item) for item in value])
+        return f"{_container(value)}:{codes}:{conversion}:{spec}", list(value)
     if not formattable_now(value):
         return None
     return format_now(value, conversion, spec)
 
 
-def _is_int(value: Any) -> bool:
+def _is_number(value: Any) -> bool:
     # type() rather than isinstance(): an IntEnum must keep its own text; under
-    # TorchDynamo a symbolic size's type is int.
-    return type(value) is int
+    # TorchDynamo the type of a symbolic int, float or bool is int, float, bool.
+    return type(value) in (int, float, bool)
+
+
+def _container(value: Any) -> str:
+    # Not type(value).__name__: TorchDynamo 2.5 cannot make a constant of it.
+    if type(value) is torch.Size:
+        return "size"
+    return "tuple" if type(value) is tuple else "list"
+
+
+def _code(number: Any) -> str:
+    """The letter that says which list of the operator carries ``number``."""
+    if type(number) is int:
+        return "i"
+    return "f" if type(number) is float else "b"
 
 
 _SEPARATOR = "\x1f"  # ASCII unit separator
+_CONTAINERS: dict[str, Callable[[list[Any]], Any]] = {
+    "number": lambda values: values[0],
+    "size": torch.Size,
+    "tuple": tuple,
+    "list": list,
+}
 
 
-def _encode(pieces: list[Piece]) -> tuple[str, list[Any]]:
-    """Pieces as one template string plus the symbolic integers.
+def _encode(pieces: list[Piece]) -> tuple[str, list[int], list[float], list[bool]]:
+    """Pieces as one template string plus the numbers, by type (ints may be symbolic sizes).
 
     Built with f-strings and ``join`` only: TorchDynamo 2.13 traces neither
     ``str + str``, ``len(str)`` nor ``in`` on formatted text.  The rewrite
     declines messages whose literal text holds the separator.
     """
     template: list[str] = []
-    numbers: list[Any] = []
+    numbers: dict[str, list[Any]] = {"i": [], "f": [], "b": []}
     for piece in pieces:
         if isinstance(piece, str):
             template.append(f"s{piece}")
-        else:
-            template.append(f"v{piece[0]}")
-            numbers.extend(piece[1])
-    return _SEPARATOR.join(template), numbers
+            continue
+        template.append(f"v{piece[0]}")
+        for number in piece[1]:
+            numbers[_code(number)].append(number)
+    return _SEPARATOR.join(template), numbers["i"], numbers["f"], numbers["b"]
 
 
-def _decode(template: str, numbers: list[int]) -> str:
-    """The message :func:`_encode` describes, with the integers' run-time values."""
+def _decode(template: str, ints: list[int], floats: list[float], bools: list[bool]) -> str:
+    """The message :func:`_encode` describes, with the numbers' run-time values."""
+    remaining = {"i": iter(ints), "f": iter(floats), "b": iter(bools)}
     parts: list[str] = []
-    remaining = iter(numbers)
     for encoded in template.split(_SEPARATOR) if template else []:
         if encoded[0] == "s":
             parts.append(encoded[1:])
             continue
-        kind, count, conversion, spec = encoded[1:].split(":", 3)
-        values = [next(remaining) for _ in range(int(count))]
-        value: Any = {"int": lambda v: v[0], "size": torch.Size, "tuple": tuple, "list": list}[
-            kind
-        ](values)
-        parts.append(format_now(value, int(conversion), spec))
+        kind, codes, conversion, spec = encoded[1:].split(":", 3)
+        values = [next(remaining[code]) for code in codes]
+        parts.append(format_now(_CONTAINERS[kind](values), int(conversion), spec))
     return "".join(parts)
 
 
@@ -127,9 +163,9 @@ def lower_guard(
     chain: this guard fires only where none of them did.  When False is
     returned the caller decides in Python, exactly as the original code.
     """
-    path = f"{exception.__module__}:{exception.__qualname__}"
-    refused = not _operator_ready or any(piece is None for piece in message) or output_pending()
-    if refused or "<locals>" in path or not lowerable(condition, *earlier):
+    path = _exception_path(exception)
+    refused = not _operator_ready or path is None or any(piece is None for piece in message)
+    if refused or output_pending() or not lowerable(condition, *earlier):
         return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):
@@ -138,13 +174,53 @@ def lower_guard(
         fires = torch.ones((), dtype=torch.bool, device=earlier_tensors[0].device)
     for value in earlier_tensors:
         fires = torch.logical_and(fires, torch.logical_not(truth(value)))
-    template, numbers = _encode(message)  # type: ignore[arg-type]
-    if fires.device.type == "cuda" and not _SYNC_ON_CUDA:
+    if _asserts_on(fires.device.type):
         static = "".join(piece if isinstance(piece, str) else "?" for piece in message)  # type: ignore[misc]
         torch._assert_async(torch.logical_not(fires), static)
     else:
-        torch.ops.graphmend.raise_if(fires, path, template, numbers, has_message)
+        template, ints, floats, bools = _encode(message)  # type: ignore[arg-type]
+        torch.ops.graphmend.raise_if(fires, path, template, ints, floats, bools, has_message)
     return True
+
+
+def _asserts_on(device_type: str) -> bool:
+    """Whether a guard on this device becomes ``torch._assert_async`` (else ``raise_if``).
+
+    Marked as a constant-result function, so that it runs in Python while
+    TorchDynamo traces: ``torch.compiler.is_exporting()`` is then the truth.
+    An exported program holds only standard operators, so that it loads and
+    runs where GraphMend is not installed.
+    """
+    if device_type == "cuda" and not _SYNC_ON_CUDA:
+        return True
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    if is_exporting is None:
+        _warn_export_needs_graphmend()
+        return False
+    return is_exporting()
+
+
+@functools.cache
+def _warn_export_needs_graphmend() -> None:
+    warnings.warn(
+        f"GraphMend: torch {torch.__version__} has no torch.compiler.is_exporting(), so "
+        "programs exported with torch.export keep GraphMend's guard operator "
+        "graphmend::raise_if: `import graphmend.runtime` before torch.export.load() "
+        "where they are loaded",
+        GraphMendWarning,
+        stacklevel=2,
+    )
+
+
+def _exception_path(exception: type[BaseException]) -> str | None:
+    """Where the kernel finds ``exception`` again (``module:qualname``); None for a local class.
+
+    Marked as a constant-result function: TorchDynamo 2.5 cannot trace string
+    operations on a class's ``__qualname__``.
+    """
+    if "<locals>" in exception.__qualname__:
+        return None
+    return f"{exception.__module__}:{exception.__qualname__}"
 
 
 def _exception_class(path: str) -> type[BaseException] | None:
@@ -157,23 +233,46 @@ def _exception_class(path: str) -> type[BaseException] | None:
     return None
 
 
+# Written out rather than inferred from annotations: inference differs between
+# torch releases (2.5 and 2.6 refuse ``list[int]``).
+_SCHEMA = (
+    "(Tensor cond, str exception, str template, SymInt[] ints, float[] floats, bool[] bools, "
+    "bool has_message) -> ()"
+)
+
+
 def _raise_if(
-    cond: torch.Tensor, exception: str, template: str, numbers: list[int], has_message: bool
+    cond: torch.Tensor,
+    exception: str,
+    template: str,
+    ints: list[int],
+    floats: list[float],
+    bools: list[bool],
+    has_message: bool,
 ) -> None:
     if not bool(cond):
         return
     exception_class = _exception_class(exception) or RuntimeError
-    raise exception_class(_decode(template, numbers)) if has_message else exception_class()
+    if not has_message:
+        raise exception_class()
+    raise exception_class(_decode(template, ints, floats, bools))
 
 
-def _define_operator(_dynamo: object = None) -> None:
+def _no_output(*_args: Any) -> None:
+    """The operator's meta kernel: it produces nothing."""
+
+
+def _define_operator(dynamo: ModuleType) -> None:
     """Register ``graphmend::raise_if`` (once TorchDynamo is imported: tracing needs it)."""
     global _operator_ready
-    custom_op = getattr(torch.library, "custom_op", None)
-    if _operator_ready or custom_op is None:
+    if _operator_ready:
         return
-    operator = custom_op("graphmend::raise_if", mutates_args=())(_raise_if)
-    operator.register_fake(lambda cond, exception, template, numbers, has_message: None)
+    operator = torch.library.custom_op("graphmend::raise_if", mutates_args=(), schema=_SCHEMA)(
+        _raise_if
+    )
+    operator.register_fake(_no_output)
+    assume_constant_result(dynamo, _exception_path)
+    assume_constant_result(dynamo, _asserts_on)
     from torch.fx.node import has_side_effect
 
     has_side_effect(torch.ops.graphmend.raise_if.default)

@@ -1,0 +1,158 @@
+"""Every torch release the package declares: import, compile, and what an old torch lacks."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphmend.rewriter import GraphMendWarning
+from graphmend.runtime import dynamo_support, traps
+from helpers.processes import run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_IS_EXPORTING = hasattr(torch.compiler, "is_exporting")
+
+
+def _declared_floor() -> tuple[int, int]:
+    text = (ROOT / "pyproject.toml").read_text()
+    start = text.index('"torch>=') + len('"torch>=')
+    release = dynamo_support.torch_release(text[start : text.index('"', start)])
+    assert release is not None
+    return release
+
+
+def test_the_declared_floor_is_the_oldest_release_tested():
+    assert _declared_floor() == dynamo_support.TESTED[0]
+    assert (
+        f"torch=={'.'.join(map(str, dynamo_support.TESTED[0]))}." in (ROOT / "Makefile").read_text()
+    )
+
+
+def test_model_code_imports_through_the_hook(tmp_path):
+    # Every process of a serving container imports model code; on torch 2.5 and
+    # 2.6 defining the guard operator made that import fail.
+    result = run_python(
+        "-c",
+        "import sys, transformers.models.llama.modeling_llama, graphmend.runtime.traps as t;"
+        "print(sum(hasattr(m, '@gm_rt') for m in list(sys.modules.values())), t._operator_ready)",
+        env={"GRAPHMEND": "1", "GRAPHMEND_CACHE_DIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    rewritten, operator_ready = result.stdout.split()
+    assert int(rewritten) > 0
+    assert operator_ready == "True"
+
+
+@pytest.mark.parametrize("version", ["2.13.0+cpu", "2.5.1+cu124", "2.13.2"])
+def test_tested_releases_keep_inlined_deferred_calls(version):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dynamo_support.keep_inlined_deferred_calls(version)
+
+
+@pytest.mark.parametrize("version", ["2.14.0", "3.0.0a0+git1234", "2.4.1", "nightly"])
+def test_untested_releases_keep_the_breaks_with_one_warning(version):
+    with pytest.warns(GraphMendWarning, match="keep their graph breaks") as caught:
+        assert not dynamo_support.keep_inlined_deferred_calls(version)
+    assert len(caught) == 1
+    assert f"torch {version} " in str(caught[0].message)
+
+
+def test_dynamo_source_is_never_read():
+    # Reading Dynamo's source (tokenising a file of thousands of lines) was most
+    # of GraphMend's share of a warm import.
+    script = (
+        "import inspect\n"
+        "import torch._dynamo\n"
+        "read, getsource = [], inspect.getsource\n"
+        "inspect.getsource = lambda *a, **k: read.append(a) or getsource(*a, **k)\n"
+        "import graphmend.runtime\n"
+        "from torch._dynamo.symbolic_convert import InliningInstructionTranslator as T\n"
+        "print(read, getattr(T.__init__, '_graphmend_shares_debug_locals', False))\n"
+    )
+    result = run_python("-c", script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "True"]
+
+
+EXPORTED = """
+import torch
+
+class Guarded(torch.nn.Module):
+    def forward(self, x):
+        if (x > 10).any():
+            raise ValueError(f"too large in {x.shape}")
+        return x + 1
+"""
+
+LOAD = """
+import sys, torch
+program = torch.export.load(sys.argv[1]).module()
+print(program(torch.ones(3)).tolist())
+try:
+    program(torch.full((3,), 20.0))
+except RuntimeError as error:
+    print(error)
+print(any(name.startswith("graphmend") for name in sys.modules))
+"""
+
+
+@pytest.mark.skipif(not HAS_IS_EXPORTING, reason="no torch.compiler.is_exporting (2.5, 2.6)")
+@pytest.mark.parametrize("strict", [True, False])
+def test_exported_program_loads_and_checks_without_graphmend(load_rewritten, tmp_path, strict):
+    module = load_rewritten(EXPORTED)
+    program = torch.export.export(module.Guarded(), (torch.ones(3),), strict=strict)
+    targets = {str(node.target) for node in program.graph.nodes}
+    assert "aten._assert_async.msg" in targets
+    assert not any("graphmend" in target for target in targets)
+    torch.export.save(program, tmp_path / "guarded.pt2")
+    (tmp_path / "load.py").write_text(LOAD)
+    result = run_python(str(tmp_path / "load.py"), str(tmp_path / "guarded.pt2"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[2.0, 2.0, 2.0]", "too large in ?", "False"]
+
+
+@pytest.mark.skipif(HAS_IS_EXPORTING, reason="torch has torch.compiler.is_exporting")
+def test_without_is_exporting_the_guard_operator_stays_with_one_warning(load_rewritten):
+    module = load_rewritten(EXPORTED)
+    traps._warn_export_needs_graphmend.cache_clear()
+    with pytest.warns(GraphMendWarning, match=r"import graphmend\.runtime") as caught:
+        for _ in range(2):
+            torch._dynamo.reset()
+            compiled = torch.compile(module.Guarded(), backend="eager", fullgraph=True)
+            assert compiled(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]
+    assert len([w for w in caught if w.category is GraphMendWarning]) == 1
+    with pytest.raises(ValueError, match=r"too large in torch\.Size\(\[3\]\)"):
+        compiled(torch.full((3,), 20.0))
+
+
+SHADOWING = """
+import torch
+
+def format_now():
+    return "the module's own"
+
+def f(x, n):
+    print(f"n={n:>4}")
+    if (x > 10).any():
+        raise ValueError(f"bad n={n!r:>3}")
+    return x + 1
+"""
+
+
+def test_text_baked_while_tracing_overwrites_no_global(load_rewritten, capsys):
+    # TorchDynamo stores a constant result in the globals of the module it
+    # compiles, under the function's name.
+    module = load_rewritten(SHADOWING)
+    torch._dynamo.reset()
+    compiled = torch.compile(module.f, backend="eager")
+    assert compiled(torch.ones(2), 3).tolist() == [2.0, 2.0]
+    assert module.format_now() == "the module's own"
+    with pytest.raises(ValueError, match=r"^bad n=  4$"):
+        compiled(torch.full((2,), 20.0), 4)
+    # n changed, so TorchDynamo made it symbolic: the print keeps its break and
+    # runs before the guard, as eagerly (torch 2.5 failed to compile instead).
+    assert capsys.readouterr().out == "n=   3\nn=   4\n"
