@@ -1,0 +1,196 @@
+"""Run a generated program plain and through GraphMend, eagerly and compiled, and record
+everything a caller can observe; compare two such records."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import logging
+import sys
+import types
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch import nn
+from torch._dynamo.testing import CompileCounter
+from torch._dynamo.utils import counters
+
+from graphmend.pipeline import compile_module, rewrite
+from helpers.programs import Call, Program
+
+FILENAME = "<program>"
+
+_names = itertools.count()
+
+Event = tuple[str, ...]
+
+
+@dataclass
+class Observed:
+    """What one call showed the caller."""
+
+    result: Any  # cloned output, or None when the call raised
+    error: tuple[str, str] | None  # exception type and message
+    input_after: torch.Tensor  # the caller's tensor after the call
+    state: dict[str, torch.Tensor]  # the module's parameters and buffers after the call
+    events: list[Event]  # printed text, log records and warnings, in order
+
+
+@dataclass
+class Run:
+    """The calls of one program in one configuration; graph counts when compiled."""
+
+    calls: list[Observed]
+    graphs: int | None = None
+    breaks: int | None = None
+
+
+def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, logging.Logger]:
+    """The program's module ``M`` (built from a fixed seed) and its logger, from the
+    original source or rewritten by every GraphMend rewrite, executed as module ``name``
+    in ``sys.modules`` (GraphMend's runtime finds exception classes there)."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    if mended:
+        result = rewrite(program.source, FILENAME, {"predicate", "trap", "defer"})
+        code = compile_module(result.tree, FILENAME)
+    else:
+        code = compile(program.source, FILENAME, "exec", dont_inherit=True)
+    exec(code, module.__dict__)
+    torch.manual_seed(0)
+    return module.M(), module.logger
+
+
+def run(program: Program, *, mended: bool, compiled: bool, fullgraph: bool = False) -> Run:
+    """Call the program's module with each of the program's calls, in order; compiled, a
+    failure to compile is the call's exception."""
+    name = f"gm_property_{next(_names)}"
+    try:
+        module, logger = load(program, name, mended=mended)
+        if not compiled:
+            return Run([_call(module, module, logger, call) for call in program.calls])
+        torch._dynamo.reset()
+        counters.clear()
+        counter = CompileCounter()
+        function = torch.compile(module, backend=counter, fullgraph=fullgraph)
+        observed = [_call(module, function, logger, call) for call in program.calls]
+        breaks = sum(counters["graph_break"].values())
+        return Run(observed, counter.frame_count, breaks)
+    finally:
+        del sys.modules[name]
+
+
+def _call(module: nn.Module, function: Any, logger: logging.Logger, call: Call) -> Observed:
+    x = call.tensor()
+    events: list[Event] = []
+    result, error = None, None
+    with _capture(logger, events):
+        try:
+            result = _clone(function(x, call.t))
+        except Exception as exception:
+            error = (type(exception).__name__, str(exception))
+    state = {name: value.detach().clone() for name, value in module.state_dict().items()}
+    return Observed(result, error, x.clone(), state, _merge_prints(events))
+
+
+@contextlib.contextmanager
+def _capture(logger: logging.Logger, events: list[Event]) -> Iterator[None]:
+    """Record the program's printed text, log records and warnings into ``events``."""
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            events.append(("log", record.levelname, record.getMessage()))
+
+    class Stdout(io.TextIOBase):
+        def write(self, text: str) -> int:
+            events.append(("print", text))
+            return len(text)
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if filename == FILENAME:  # not Dynamo's own warnings
+            events.append(("warning", category.__name__, str(message)))
+
+    handler = Handler(logging.DEBUG)
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(Stdout()):
+            warnings.simplefilter("always")
+            warnings.showwarning = show
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def _merge_prints(events: list[Event]) -> list[Event]:
+    """One ``print`` event per run of consecutive writes (``print`` writes in pieces)."""
+    merged: list[Event] = []
+    for event in events:
+        if event[0] == "print" and merged and merged[-1][0] == "print":
+            merged[-1] = ("print", merged[-1][1] + event[1])
+        else:
+            merged.append(event)
+    return merged
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple | list):
+        return type(value)(_clone(item) for item in value)
+    return value
+
+
+def same(left: Any, right: Any) -> bool:
+    """Equal bit for bit (NaN equals NaN, -0.0 differs from 0.0), dtypes and shapes
+    included; tuples, lists and dicts element by element."""
+    if isinstance(left, torch.Tensor) or isinstance(right, torch.Tensor):
+        if not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor)):
+            return False
+        if left.dtype != right.dtype or left.shape != right.shape:
+            return False
+        if left.is_floating_point():
+            bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[left.element_size()]
+            return torch.equal(left.view(bits), right.view(bits))
+        return torch.equal(left, right)
+    if isinstance(left, tuple | list) and isinstance(right, tuple | list):
+        return (
+            type(left) is type(right)
+            and len(left) == len(right)
+            and all(same(a, b) for a, b in zip(left, right, strict=True))
+        )
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(same(left[k], right[k]) for k in left)
+    return bool(left == right)
+
+
+def differences(references: Sequence[Run], actual: Run) -> list[str]:
+    """Each thing ``actual`` (GraphMend) shows the caller that no reference run (plain
+    eager, plain compiled) shows, call by call; and more graphs or breaks than the
+    reference that was compiled."""
+    found = []
+    for index, observed in enumerate(actual.calls):
+        wanted = [reference.calls[index] for reference in references]
+        for field in ("error", "result", "input_after", "state", "events"):
+            got = getattr(observed, field)
+            if not any(same(getattr(want, field), got) for want in wanted):
+                plain = "".join(f"\n    plain:     {getattr(want, field)!r}" for want in wanted)
+                found.append(f"call {index}: {field} differs{plain}\n    graphmend: {got!r}")
+    for reference in references:
+        if reference.graphs is None or actual.graphs is None:
+            continue
+        if actual.graphs > reference.graphs or actual.breaks > reference.breaks:  # type: ignore[operator]
+            found.append(
+                f"more graphs or breaks: plain {reference.graphs} graphs, {reference.breaks} "
+                f"breaks; graphmend {actual.graphs} graphs, {actual.breaks} breaks"
+            )
+    return found

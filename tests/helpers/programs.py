@@ -1,0 +1,288 @@
+"""Hypothesis strategies for small ``nn.Module`` programs that mix the patterns GraphMend
+rewrites, and the calls that drive them.
+
+A program is the body of ``M.forward(self, x, t)`` inside a fixed module
+(:data:`MODULE`): ``x`` is the caller's float32 tensor of shape ``(n, 4)``, ``t`` a
+Python float that changes from call to call, ``self.lin`` an ``nn.Linear(4, 4)`` and
+``self.buf`` a registered buffer.  The body is written by :class:`_Writer` from
+*patterns*, one function each in :data:`PATTERNS`: a pattern writes one statement and
+may nest blocks written from the same patterns (``if`` arms, guards), so patterns
+compose to any depth up to :data:`MAX_DEPTH`.  Every choice is a Hypothesis draw,
+listed simplest first, so a failing program shrinks to a short one.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+MODULE = """\
+import logging
+import warnings
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("buf", torch.zeros(4))
+
+    def forward(self, x, t):
+{body}"""
+
+#: How deep ``if`` statements nest inside one another.
+MAX_DEPTH = 3
+#: Columns of ``x``; every shape-changing pattern keeps them, so ``self.lin`` applies.
+COLUMNS = 4
+#: Input values, simplest first: some take each arm, some make a guard fail.
+VALUES = (0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 4.0, math.nan)
+#: Python values of ``t``.
+TIMES = (0.5, 1.5, 2.5, 3.5)
+
+_THRESHOLDS = ("0.0", "1.0", "0.5", "2.0", "-1.0")
+_CONDITIONS = (
+    "x.sum() > {c}",
+    "(x > {c}).any()",
+    "x.mean() < {c}",
+    "x.norm() > {c}",
+    "x.abs().max() < {c}",
+    "x.sum() > t",
+)
+_EXPRESSIONS = ("x * 2", "x + 1", "torch.tanh(x)", "x.abs()", "x - x.mean()", "-x", "x / 2")
+#: Arms that ``torch.where`` cannot merge with a float32 ``(n, 4)`` tensor.
+_UNMERGEABLE = ("x.double()", "x[:1]", "torch.cat([x, x])", "x.sum(0, keepdim=True)")
+_IN_PLACE = ("x[0] = 0", "x.add_(1)", "x.mul_(0.5)", "x.clamp_(-1, 1)", "x[:, 0] = t")
+_STORES = ("self.buf = x", "self.buf = x * 2", "x = x + self.buf.mean()", "self.buf.add_(1)")
+_OUTPUTS = (
+    'logger.debug("shape %s", x.shape)',
+    'logger.info("n=%d", x.shape[0])',
+    "print(tuple(x.shape), x.dtype)",
+    'warnings.warn(f"rows={x.shape[0]}")',
+    'warnings.warn("checking input")',
+    'logger.warning("t=%s", t)',
+    'logger.info("batch of shape %s", tuple(x.shape))',
+    'print("sum", x.sum())',
+    'print(f"t={t}")',
+)
+_GUARDS = (
+    'if (x > {g}).any():\n    raise ValueError(f"bad t={{t}}")',
+    'if x.abs().max() > {g}:\n    raise ValueError("invalid input")',
+    'assert (x < {g}).all(), f"too large for t={{t}}"',
+    "assert x.sum() < {g}",
+    'if torch.isnan(x).any():\n    raise ValueError(f"nan in {{tuple(x.shape)}}")',
+)
+_GUARD_THRESHOLDS = ("3.0", "1.0", "5.0")
+#: Kinds of tensor values an assignment or an arm computes.
+VALUE_KINDS = ("pure", "linear", "unmergeable")
+_RETURNS = ("x", "x + 1", "x.to(torch.int64)", "self.buf", "(x, self.buf)", "{lin}")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call ``forward(x, t)``: the rows of ``x`` and the value of ``t``."""
+
+    rows: tuple[tuple[float, ...], ...]
+    t: float
+
+    def tensor(self) -> torch.Tensor:
+        """A fresh float32 tensor holding :attr:`rows`."""
+        return torch.tensor(self.rows, dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A generated ``forward`` body and the calls that drive it."""
+
+    body: str
+    calls: tuple[Call, ...]
+
+    @property
+    def source(self) -> str:
+        """The whole module's source text."""
+        return MODULE.format(body=textwrap.indent(self.body, " " * 8))
+
+    def describe(self) -> str:
+        """The forward body and the calls, as a failure message shows them."""
+        calls = "\n".join(f"  forward(x=torch.tensor({c.rows}), t={c.t})" for c in self.calls)
+        return f"def forward(self, x, t):\n{textwrap.indent(self.body, '    ')}calls:\n{calls}"
+
+
+class _Writer:
+    """Writes one ``forward`` body from the allowed patterns, drawing every choice."""
+
+    def __init__(
+        self, draw: st.DrawFn, patterns: Collection[str], values: Collection[str], returns: bool
+    ) -> None:
+        self.draw = draw
+        self.patterns = [name for name in PATTERNS if name in patterns]
+        self.values = [kind for kind in VALUE_KINDS if kind in values]
+        self.returns = returns
+        self.dtype_may_change = False  # after ``x.double()``, ``self.lin`` reads ``x.float()``
+        self.uses_mask = False
+
+    def pick(self, choices: Collection[str]) -> str:
+        return self.draw(st.sampled_from(tuple(choices)))
+
+    def condition(self) -> str:
+        return self.pick(_CONDITIONS).format(c=self.pick(_THRESHOLDS))
+
+    def linear(self) -> str:
+        return "self.lin(x.float())" if self.dtype_may_change else "self.lin(x)"
+
+    def value(self) -> str:
+        """A tensor expression of ``x``: pure, a submodule call or an unmergeable one."""
+        kind = self.pick(self.values)
+        if kind == "linear":
+            return self.linear()
+        if kind == "unmergeable":
+            expression = self.pick(_UNMERGEABLE)
+            self.dtype_may_change |= expression == "x.double()"
+            return expression
+        return self.pick(_EXPRESSIONS)
+
+    def block(self, depth: int, *, top: bool = False) -> list[str]:
+        """Statements for a function body (``top``) or an arm; an arm may end in ``return``."""
+        count = self.draw(st.integers(1, 4 if top else 2))
+        lines: list[str] = []
+        for _ in range(count):
+            if self.returns and not top and self.draw(st.integers(0, 5)) == 5:
+                lines.append(f"return {self.returned()}")
+                return lines
+            pattern = PATTERNS[self.pick(self.patterns)]
+            lines.extend(pattern(self, depth))
+        return lines
+
+    def returned(self) -> str:
+        return self.pick(_RETURNS).format(lin=self.linear())
+
+    def body(self) -> str:
+        lines = self.block(0, top=True)
+        lines.append(f"return {self.returned()}")
+        if self.uses_mask:
+            lines.insert(0, "m = None")
+        return "".join(line + "\n" for line in lines)
+
+
+def _indented(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
+
+
+def _if(writer: _Writer, depth: int) -> list[str]:
+    """A tensor-valued ``if``/``elif``/``else``; arms are blocks of any pattern, nested."""
+    if depth >= MAX_DEPTH:
+        return [f"x = {writer.value()}"]
+    lines = [f"if {writer.condition()}:", *_indented(writer.block(depth + 1))]
+    for _ in range(writer.draw(st.integers(0, 1))):
+        lines += [f"elif {writer.condition()}:", *_indented(writer.block(depth + 1))]
+    if writer.draw(st.booleans()):
+        lines += ["else:", *_indented(writer.block(depth + 1))]
+    return lines
+
+
+def _assign(writer: _Writer, depth: int) -> list[str]:
+    """``x = <value>``: mergeable with another arm's, a submodule call, or not mergeable."""
+    return [f"x = {writer.value()}"]
+
+
+def _conditional(writer: _Writer, depth: int) -> list[str]:
+    """``x = a if <tensor condition> else b``."""
+    return [f"x = {writer.value()} if {writer.condition()} else {writer.value()}"]
+
+
+def _mask(writer: _Writer, depth: int) -> list[str]:
+    """A mask that is ``None`` or a tensor (set in an arm), and a use of it."""
+    writer.uses_mask = True
+    if writer.draw(st.booleans()):
+        return [writer.pick(("m = x > 0", "m = None"))]
+    return ["if m is not None:", "    x = x * m.float().mean()"]
+
+
+def _in_place(writer: _Writer, depth: int) -> list[str]:
+    """An in-place update of ``x`` (the caller's tensor until ``x`` is rebound)."""
+    return [writer.pick(_IN_PLACE)]
+
+
+def _store(writer: _Writer, depth: int) -> list[str]:
+    """An attribute store to, or in-place update of, the registered buffer."""
+    return [writer.pick(_STORES)]
+
+
+def _output(writer: _Writer, depth: int) -> list[str]:
+    """print / logging / warnings.warn with trace-time-known or tensor arguments."""
+    return [writer.pick(_OUTPUTS)]
+
+
+def _guard(writer: _Writer, depth: int) -> list[str]:
+    """A tensor guard: ``if <check>: raise`` or ``assert``, messages with changing ``t``."""
+    guard = writer.pick(_GUARDS).format(g=writer.pick(_GUARD_THRESHOLDS))
+    return guard.splitlines()
+
+
+def _output_then_guard(writer: _Writer, depth: int) -> list[str]:
+    """Output right before a guard that may fail."""
+    return _output(writer, depth) + _guard(writer, depth)
+
+
+Pattern = Callable[[_Writer, int], list[str]]
+
+#: Every pattern by name, simplest first (a failing program shrinks towards the first).
+PATTERNS: dict[str, Pattern] = {
+    "assign": _assign,
+    "if": _if,
+    "conditional": _conditional,
+    "mask": _mask,
+    "in_place": _in_place,
+    "store": _store,
+    "output": _output,
+    "guard": _guard,
+    "output_then_guard": _output_then_guard,
+}
+
+
+@st.composite
+def bodies(
+    draw: st.DrawFn,
+    patterns: Collection[str] = tuple(PATTERNS),
+    values: Collection[str] = VALUE_KINDS,
+    returns: bool = True,
+) -> str:
+    """The body of ``forward`` written from ``patterns`` (names in :data:`PATTERNS`),
+    assigning ``values`` (kinds in :data:`VALUE_KINDS`), with early ``return`` in arms
+    when ``returns``."""
+    unknown = (set(patterns) - set(PATTERNS)) | (set(values) - set(VALUE_KINDS))
+    if unknown:
+        raise ValueError(f"unknown patterns or values {sorted(unknown)}")
+    return _Writer(draw, patterns, values, returns).body()
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> tuple[Call, ...]:
+    """Two or three calls, each with a different ``t``; row counts vary (1 to 3)."""
+    times = draw(st.lists(st.sampled_from(TIMES), min_size=2, max_size=3, unique=True))
+    result = []
+    for t in times:
+        count = draw(st.integers(1, 3))
+        values = st.lists(st.sampled_from(VALUES), min_size=COLUMNS, max_size=COLUMNS)
+        rows = draw(st.lists(values, min_size=count, max_size=count))
+        result.append(Call(tuple(tuple(row) for row in rows), t))
+    return tuple(result)
+
+
+def programs(
+    patterns: Collection[str] = tuple(PATTERNS),
+    values: Collection[str] = VALUE_KINDS,
+    returns: bool = True,
+) -> st.SearchStrategy[Program]:
+    """Programs written from ``patterns`` (see :func:`bodies`), with the calls that drive
+    them."""
+    return st.builds(Program, bodies(patterns, values, returns), calls())
