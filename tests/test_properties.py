@@ -6,7 +6,7 @@ eagerly and under ``torch.compile`` with a counting backend from a clean Dynamo
 state, calling the compiled module several times with different Python values and
 shapes (recompiles, automatic dynamic shapes).  GraphMend's run must match the plain
 run of the same kind in outputs (bit for bit), the caller's tensor after each call,
-the module's parameters and buffers, printed text, log records and warnings (in
+the module's buffers, printed text, log records and warnings (in
 order) and exceptions (type and message), with no more graphs and no more graph
 breaks than plain.
 
@@ -15,7 +15,7 @@ branches with mergeable arms, output calls, guards) compile with ``fullgraph=Tru
 through GraphMend and behave as the plain eager program.
 
 Scale: ``GRAPHMEND_PROPERTY_EXAMPLES=500`` runs that many programs per test case
-(default 25); ``GRAPHMEND_PROPERTY_SHRINK=1`` shrinks a failing program to a minimal
+(default 15); ``GRAPHMEND_PROPERTY_SHRINK=1`` shrinks a failing program to a minimal
 one (minutes, a compile per step; off by default, so a failing run stays quick).
 :data:`COUNTEREXAMPLES` holds the minimal programs found so far, one per defect.
 """
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from helpers.observe import differences, run
 from helpers.programs import Call, Program, programs
 
-EXAMPLES = int(os.environ.get("GRAPHMEND_PROPERTY_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("GRAPHMEND_PROPERTY_EXAMPLES", "15"))
 SHRINK = os.environ.get("GRAPHMEND_PROPERTY_SHRINK", "0") not in ("", "0")
 PROPERTY = settings(
     max_examples=EXAMPLES,
@@ -60,10 +60,12 @@ def check(program: Program) -> None:
     plain_compiled = run(program, mended=False, compiled=True)
     mended = run(program, mended=True, compiled=False)
     mended_compiled = run(program, mended=True, compiled=True)
-    problems = [f"eager: {difference}" for difference in differences([plain], mended)]
+    problems = [f"eager: {difference}" for difference in differences({"plain": plain}, mended)]
     problems += [
         f"compiled: {difference}"
-        for difference in differences([plain, plain_compiled], mended_compiled)
+        for difference in differences(
+            {"plain eager": plain, "plain compiled": plain_compiled}, mended_compiled
+        )
     ]
     counts = (
         f"graphs: plain {plain_compiled.graphs} ({plain_compiled.breaks} breaks), "
@@ -88,28 +90,112 @@ FIXABLE = programs(
 )
 
 
-@PROPERTY
-@given(program=FIXABLE)
-def test_fixable_programs_compile_as_one_graph(program: Program) -> None:
+def check_fullgraph(program: Program) -> None:
+    """Fail unless GraphMend's ``fullgraph=True`` run behaves as the plain eager one."""
     plain = run(program, mended=False, compiled=False)
     mended = run(program, mended=True, compiled=True, fullgraph=True)
-    problems = differences([plain], mended)
+    problems = differences({"plain eager": plain}, mended)
     assert not problems, "\n".join([program.describe(), "fullgraph=True:", *problems])
 
 
-def _calls(*calls: tuple[tuple[tuple[float, ...], ...], float]) -> tuple[Call, ...]:
-    return tuple(Call(rows, t) for rows, t in calls)
+@PROPERTY
+@given(program=FIXABLE)
+def test_fixable_programs_compile_as_one_graph(program: Program) -> None:
+    check_fullgraph(program)
 
 
-#: Minimal failing programs, one per defect, named after the issue item they show.
+def _zeros(rows: int, t: float) -> Call:
+    return Call(((0.0,) * 4,) * rows, t)
+
+
+#: Two calls: ``t`` changes (a SymFloat), then the row count (a dynamic size).
+CHANGING = (_zeros(1, 0.5), _zeros(2, 1.5))
+STATIC = (_zeros(1, 0.5), _zeros(1, 1.5))
+
+#: Minimal failing programs found by :func:`check`, named after their defect (issue 9,
+#: issue 10's item numbers); they fail until GraphMend is fixed.
 COUNTEREXAMPLES = {
-    "issue10-17-guard-message-with-changing-float": Program(
-        'if (x > 3.0).any():\n    raise ValueError(f"bad t={t}")\nreturn x\n',
-        _calls((((0.0, 0.0, 0.0, 0.0),), 0.5), (((0.0, 0.0, 0.0, 0.0),), 1.5)),
+    "10.15-caller-tensor-overwritten": Program(
+        "if (x > 0.85).any():\n    x = x / 2\nelse:\n    x[0] = 0\nreturn x\n",
+        (Call(((1.0, 2.0, 0.0, 0.0),), 0.5), Call(((0.5, 0.0, 0.0, 0.0),), 1.5)),
     ),
+    "10.7-stored-buffer-mutated-later": Program(
+        "if x.sum() > 0:\n    self.buf = x\nx.add_(1)\nreturn self.buf\n",
+        (Call(((1.0, 0.0, 0.0, 0.0),), 0.5), Call(((1.0, 2.0, 0.0, 0.0),), 1.5)),
+    ),
+    "10.6-print-before-failing-assert": Program(
+        'print("sum", x.sum())\nassert x.sum() < 1.0\nreturn x\n',
+        (_zeros(1, 0.5), Call(((0.0, 0.0, 1.0, 0.0),), 3.5)),
+    ),
+    "10.6-warning-before-failing-guard": Program(
+        'warnings.warn("checking input")\nif (x > 1.0).any():\n'
+        '    raise ValueError("invalid input")\nreturn x\n',
+        (_zeros(1, 0.5), Call(((2.0, 0.0, 0.0, 0.0),), 1.5)),
+    ),
+    "10.16-nested-unmergeable-if": Program(
+        "if x.sum() > 0:\n    if x.mean() < 0.5:\n        x = x.double()\n    else:\n"
+        "        x = x * x\n    return x.to(torch.int64)\nreturn x + 1\n",
+        (
+            Call(((1.0, 0.0, 0.0, 0.0),), 0.5),
+            Call(((4.0, 4.0, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0)), 1.5),
+            Call(((-1.0, 0.0, 0.0, 0.0),), 2.5),
+        ),
+    ),
+    "10.17-guard-message-with-changing-float": Program(
+        'if (x > 3.0).any():\n    raise ValueError(f"bad t={t}")\nreturn x\n', STATIC
+    ),
+    "10.17-print-message-with-changing-float": Program('print(f"t={t}")\nreturn x\n', CHANGING),
+    "9-conditional-expression-inside-cond-arm": Program(
+        "if x.mean() < 0:\n    x = self.lin(x)\nelse:\n    x = x * 2 if x.norm() > 1 else x\n"
+        "return x\n",
+        (Call(((1.0, 2.0, 0.0, 0.0),), 0.5), Call(((-1.0, 0.0, 0.0, 0.0),), 1.5)),
+    ),
+    "declined-conditional-expression-shapes": Program(
+        "x = torch.cat([x, x]) if x.abs().max() < 0.5 else -x\nreturn x\n", STATIC
+    ),
+    "declined-conditional-expression-submodule": Program(
+        "x = -x if (x > 1.0).any() else self.lin(x)\nreturn x\n", STATIC
+    ),
+    "declined-conditional-expression-dynamic-shape": Program(
+        "x = -x if x.abs().max() < 2.0 else x.sum(0, keepdim=True)\nreturn x\n",
+        (_zeros(2, 0.5), _zeros(1, 2.5)),
+    ),
+}
+
+#: Minimal programs of what GraphMend claims to fix that fail ``fullgraph=True``
+#: (issue 10 items 5 and 17: values known at trace time, symbolic after a recompile).
+FULLGRAPH_COUNTEREXAMPLES = {
+    f"{item}-{name}": Program(f"{statement}\nreturn x\n", CHANGING)
+    for item, name, statement in (
+        ("10.5", "logger-shape", 'logger.debug("shape %s", x.shape)'),
+        ("10.5", "logger-shape-tuple", 'logger.info("batch of shape %s", tuple(x.shape))'),
+        ("10.5", "logger-dynamic-size", 'logger.info("n=%d", x.shape[0])'),
+        ("10.5", "logger-changing-float", 'logger.warning("t=%s", t)'),
+        ("10.5", "print-dynamic-shape", "print(tuple(x.shape), x.dtype)"),
+        ("10.5", "print-changing-float", 'print(f"t={t}")'),
+        ("10.5", "warn-dynamic-size", 'warnings.warn(f"rows={x.shape[0]}")'),
+        (
+            "10.17",
+            "raise-changing-float",
+            'if (x > 3.0).any():\n    raise ValueError(f"bad t={t}")',
+        ),
+        ("10.17", "assert-changing-float", 'assert (x < 3.0).all(), f"too large for t={t}"'),
+        (
+            "10.5",
+            "raise-shape-message",
+            'if torch.isnan(x).any():\n    raise ValueError(f"{tuple(x.shape)}")',
+        ),
+    )
 }
 
 
 @pytest.mark.parametrize("program", COUNTEREXAMPLES.values(), ids=COUNTEREXAMPLES)
 def test_counterexample(program: Program) -> None:
     check(program)
+
+
+@pytest.mark.parametrize(
+    "program", FULLGRAPH_COUNTEREXAMPLES.values(), ids=FULLGRAPH_COUNTEREXAMPLES
+)
+def test_fullgraph_counterexample(program: Program) -> None:
+    check_fullgraph(program)

@@ -10,7 +10,7 @@ import logging
 import sys
 import types
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ class Observed:
     result: Any  # cloned output, or None when the call raised
     error: tuple[str, str] | None  # exception type and message
     input_after: torch.Tensor  # the caller's tensor after the call
-    state: dict[str, torch.Tensor]  # the module's parameters and buffers after the call
+    state: dict[str, torch.Tensor]  # the module's buffers after the call
     events: list[Event]  # printed text, log records and warnings, in order
 
 
@@ -94,7 +94,7 @@ def _call(module: nn.Module, function: Any, logger: logging.Logger, call: Call) 
             result = _clone(function(x, call.t))
         except Exception as exception:
             error = (type(exception).__name__, str(exception))
-    state = {name: value.detach().clone() for name, value in module.state_dict().items()}
+    state = {name: value.detach().clone() for name, value in module.named_buffers()}
     return Observed(result, error, x.clone(), state, _merge_prints(events))
 
 
@@ -173,24 +173,24 @@ def same(left: Any, right: Any) -> bool:
     return bool(left == right)
 
 
-def differences(references: Sequence[Run], actual: Run) -> list[str]:
-    """Each thing ``actual`` (GraphMend) shows the caller that no reference run (plain
-    eager, plain compiled) shows, call by call; and more graphs or breaks than the
-    reference that was compiled."""
+def differences(references: Mapping[str, Run], actual: Run) -> list[str]:
+    """Each thing ``actual`` (GraphMend) shows the caller that no reference run (by
+    label: plain eager, plain compiled) shows, call by call; and more graphs or breaks
+    than a reference that was compiled."""
     found = []
     for index, observed in enumerate(actual.calls):
-        wanted = [reference.calls[index] for reference in references]
         for field in ("error", "result", "input_after", "state", "events"):
+            wanted = {label: getattr(run.calls[index], field) for label, run in references.items()}
             got = getattr(observed, field)
-            if not any(same(getattr(want, field), got) for want in wanted):
-                plain = "".join(f"\n    plain:     {getattr(want, field)!r}" for want in wanted)
-                found.append(f"call {index}: {field} differs{plain}\n    graphmend: {got!r}")
-    for reference in references:
+            if not any(same(want, got) for want in wanted.values()):
+                shown = "".join(f"\n    {label}: {want!r}" for label, want in wanted.items())
+                found.append(f"call {index}: {field} differs{shown}\n    graphmend: {got!r}")
+    for label, reference in references.items():
         if reference.graphs is None or actual.graphs is None:
             continue
         if actual.graphs > reference.graphs or actual.breaks > reference.breaks:  # type: ignore[operator]
             found.append(
-                f"more graphs or breaks: plain {reference.graphs} graphs, {reference.breaks} "
+                f"more graphs or breaks: {label} {reference.graphs} graphs, {reference.breaks} "
                 f"breaks; graphmend {actual.graphs} graphs, {actual.breaks} breaks"
             )
     return found
