@@ -61,8 +61,8 @@ _CONDITIONS = (
 _EXPRESSIONS = ("x * 2", "x + 1", "torch.tanh(x)", "x.abs()", "x - x.mean()", "-x", "x / 2")
 #: Arms that ``torch.where`` cannot merge with a float32 ``(n, 4)`` tensor.
 _UNMERGEABLE = ("x.double()", "x[:1]", "torch.cat([x, x])", "x.sum(0, keepdim=True)")
-_IN_PLACE = ("x[0] = 0", "x.add_(1)", "x.mul_(0.5)", "x.clamp_(-1, 1)", "x[:, 0] = t")
-_STORES = ("self.buf = x", "self.buf = x * 2", "x = x + self.buf.mean()", "self.buf.add_(1)")
+_IN_PLACE = ("x[0] = 0", "x.add_(1)", "x[:, 0] = t")
+_STORES = ("self.buf = x", "x = x + self.buf.mean()", "self.buf.add_(1)")
 _OUTPUTS = (
     'logger.debug("shape %s", x.shape)',
     'logger.info("n=%d", x.shape[0])',
@@ -217,6 +217,19 @@ def _store(writer: _Writer, depth: int) -> list[str]:
     return [writer.pick(_STORES)]
 
 
+def _store_in_arm(writer: _Writer, depth: int) -> list[str]:
+    """A tensor ``if`` whose one arm stores (in place, or to the buffer) and whose other
+    arm, if any, rebinds ``x``: the store may reach the caller only when taken."""
+    store = writer.pick(_IN_PLACE + _STORES)
+    other = writer.pick(("none", "else", "then"))
+    if other == "none":
+        return [f"if {writer.condition()}:", f"    {store}"]
+    arms = [store, f"x = {writer.pick(_EXPRESSIONS)}"]
+    if other == "then":
+        arms.reverse()
+    return [f"if {writer.condition()}:", f"    {arms[0]}", "else:", f"    {arms[1]}"]
+
+
 def _output(writer: _Writer, depth: int) -> list[str]:
     """print / logging / warnings.warn with trace-time-known or tensor arguments."""
     return [writer.pick(_OUTPUTS)]
@@ -243,6 +256,7 @@ PATTERNS: dict[str, Pattern] = {
     "mask": _mask,
     "in_place": _in_place,
     "store": _store,
+    "store_in_arm": _store_in_arm,
     "output": _output,
     "guard": _guard,
     "output_then_guard": _output_then_guard,
