@@ -81,11 +81,15 @@ def test_graphmend_changes_nothing_observable(family: str, data: st.DataObject) 
     check(data.draw(FAMILIES[family], label="program"))
 
 
-#: What GraphMend claims to fix: mergeable or submodule-calling arms, no early return.
+#: What GraphMend claims to fix: branches whose arms assign mergeable values or call a
+#: submodule (no early return, no output or guard inside an arm), output calls, guards;
+#: in inference (while autograd records, arms whose results require grad are declined).
 FIXABLE = programs(
     ("assign", "if", "conditional", "output", "guard", "output_then_guard"),
     values=("pure", "linear"),
     returns=False,
+    arm_patterns=("assign", "if", "conditional"),
+    grad=False,
 )
 
 
@@ -156,6 +160,7 @@ COUNTEREXAMPLES = {
         "if x.mean() < 0:\n    x = self.lin(x)\nelse:\n    x = x * 2 if x.norm() > 1 else x\n"
         "return x\n",
         (Call(((1.0, 2.0, 0.0, 0.0),), 0.5), Call(((-1.0, 0.0, 0.0, 0.0),), 1.5)),
+        grad=False,
     ),
     "declined-conditional-expression-shapes": Program(
         "x = torch.cat([x, x]) if x.abs().max() < 0.5 else -x\nreturn x\n", STATIC

@@ -73,23 +73,27 @@ def run(program: Program, *, mended: bool, compiled: bool, fullgraph: bool = Fal
     try:
         module, logger = load(program, name, mended=mended)
         if not compiled:
-            return Run([_call(module, module, logger, call) for call in program.calls])
+            return Run(
+                [_call(module, module, logger, call, program.grad) for call in program.calls]
+            )
         torch._dynamo.reset()
         counters.clear()
         counter = CompileCounter()
         function = torch.compile(module, backend=counter, fullgraph=fullgraph)
-        observed = [_call(module, function, logger, call) for call in program.calls]
+        observed = [_call(module, function, logger, call, program.grad) for call in program.calls]
         breaks = sum(counters["graph_break"].values())
         return Run(observed, counter.frame_count, breaks)
     finally:
         del sys.modules[name]
 
 
-def _call(module: nn.Module, function: Any, logger: logging.Logger, call: Call) -> Observed:
+def _call(
+    module: nn.Module, function: Any, logger: logging.Logger, call: Call, grad: bool
+) -> Observed:
     x = call.tensor()
     events: list[Event] = []
     result, error = None, None
-    with _capture(logger, events):
+    with _capture(logger, events), torch.set_grad_enabled(grad):
         try:
             result = _clone(function(x, call.t))
         except Exception as exception:
@@ -173,6 +177,11 @@ def same(left: Any, right: Any) -> bool:
     return bool(left == right)
 
 
+def _short(value: Any, limit: int = 600) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
 def differences(references: Mapping[str, Run], actual: Run) -> list[str]:
     """Each thing ``actual`` (GraphMend) shows the caller that no reference run (by
     label: plain eager, plain compiled) shows, call by call; and more graphs or breaks
@@ -183,8 +192,8 @@ def differences(references: Mapping[str, Run], actual: Run) -> list[str]:
             wanted = {label: getattr(run.calls[index], field) for label, run in references.items()}
             got = getattr(observed, field)
             if not any(same(want, got) for want in wanted.values()):
-                shown = "".join(f"\n    {label}: {want!r}" for label, want in wanted.items())
-                found.append(f"call {index}: {field} differs{shown}\n    graphmend: {got!r}")
+                shown = "".join(f"\n    {label}: {_short(want)}" for label, want in wanted.items())
+                found.append(f"call {index}: {field} differs{shown}\n    graphmend: {_short(got)}")
     for label, reference in references.items():
         if reference.graphs is None or actual.graphs is None:
             continue

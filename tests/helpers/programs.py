@@ -101,10 +101,12 @@ class Call:
 
 @dataclass(frozen=True)
 class Program:
-    """A generated ``forward`` body and the calls that drive it."""
+    """A generated ``forward`` body and the calls that drive it, with autograd recording
+    (``grad``: ``self.lin``'s results require grad) or not (inference)."""
 
     body: str
     calls: tuple[Call, ...]
+    grad: bool = True
 
     @property
     def source(self) -> str:
@@ -113,18 +115,28 @@ class Program:
 
     def describe(self) -> str:
         """The forward body and the calls, as a failure message shows them."""
-        calls = "\n".join(f"  forward(x=torch.tensor({c.rows}), t={c.t})" for c in self.calls)
-        return f"def forward(self, x, t):\n{textwrap.indent(self.body, '    ')}calls:\n{calls}"
+        calls = "\n".join(
+            f"  forward(x=torch.tensor({c.rows!r}), t={c.t!r})".replace("nan", 'float("nan")')
+            for c in self.calls
+        )
+        body = textwrap.indent(self.body, "    ")
+        return f"def forward(self, x, t):\n{body}calls (grad={self.grad}):\n{calls}"
 
 
 class _Writer:
     """Writes one ``forward`` body from the allowed patterns, drawing every choice."""
 
     def __init__(
-        self, draw: st.DrawFn, patterns: Collection[str], values: Collection[str], returns: bool
+        self,
+        draw: st.DrawFn,
+        patterns: Collection[str],
+        arm_patterns: Collection[str],
+        values: Collection[str],
+        returns: bool,
     ) -> None:
         self.draw = draw
         self.patterns = [name for name in PATTERNS if name in patterns]
+        self.arm_patterns = [name for name in PATTERNS if name in arm_patterns]
         self.values = [kind for kind in VALUE_KINDS if kind in values]
         self.returns = returns
         self.dtype_may_change = False  # after ``x.double()``, ``self.lin`` reads ``x.float()``
@@ -158,7 +170,7 @@ class _Writer:
             if self.returns and not top and self.draw(st.integers(0, 5)) == 5:
                 lines.append(f"return {self.returned()}")
                 return lines
-            pattern = PATTERNS[self.pick(self.patterns)]
+            pattern = PATTERNS[self.pick(self.patterns if top else self.arm_patterns)]
             lines.extend(pattern(self, depth))
         return lines
 
@@ -269,14 +281,17 @@ def bodies(
     patterns: Collection[str] = tuple(PATTERNS),
     values: Collection[str] = VALUE_KINDS,
     returns: bool = True,
+    arm_patterns: Collection[str] | None = None,
 ) -> str:
     """The body of ``forward`` written from ``patterns`` (names in :data:`PATTERNS`),
-    assigning ``values`` (kinds in :data:`VALUE_KINDS`), with early ``return`` in arms
-    when ``returns``."""
-    unknown = (set(patterns) - set(PATTERNS)) | (set(values) - set(VALUE_KINDS))
+    ``if`` arms from ``arm_patterns`` (default: ``patterns``), assigning ``values``
+    (kinds in :data:`VALUE_KINDS`), with early ``return`` in arms when ``returns``."""
+    arm_patterns = patterns if arm_patterns is None else arm_patterns
+    unknown = (set(patterns) | set(arm_patterns)) - set(PATTERNS)
+    unknown |= set(values) - set(VALUE_KINDS)
     if unknown:
         raise ValueError(f"unknown patterns or values {sorted(unknown)}")
-    return _Writer(draw, patterns, values, returns).body()
+    return _Writer(draw, patterns, arm_patterns, values, returns).body()
 
 
 @st.composite
@@ -296,7 +311,14 @@ def programs(
     patterns: Collection[str] = tuple(PATTERNS),
     values: Collection[str] = VALUE_KINDS,
     returns: bool = True,
+    arm_patterns: Collection[str] | None = None,
+    grad: bool | None = None,
 ) -> st.SearchStrategy[Program]:
     """Programs written from ``patterns`` (see :func:`bodies`), with the calls that drive
-    them."""
-    return st.builds(Program, bodies(patterns, values, returns), calls())
+    them, with or without autograd (``grad``; ``None``: either)."""
+    return st.builds(
+        Program,
+        bodies(patterns, values, returns, arm_patterns),
+        calls(),
+        st.booleans() if grad is None else st.just(grad),
+    )
