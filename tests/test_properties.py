@@ -4,20 +4,21 @@ changes nothing a caller can observe, eagerly or compiled, and never adds graphs
 Each program (``helpers.programs``) is run four ways: plain and through GraphMend,
 eagerly and under ``torch.compile`` with a counting backend from a clean Dynamo
 state, calling the compiled module several times with different Python values and
-shapes (recompiles, automatic dynamic shapes).  GraphMend's run must match the plain
-run of the same kind in outputs (bit for bit), the caller's tensor after each call,
-the module's buffers, printed text, log records and warnings (in
-order) and exceptions (type and message), with no more graphs and no more graph
-breaks than plain.
+shapes (recompiles, automatic dynamic shapes), with or without autograd.  In every
+call GraphMend must show what plain shows (its compiled run: plain eager or plain
+compiled) in outputs (bit for bit), the caller's tensor after the call, the module's
+buffers, printed text, log records and warnings (in order) and exceptions (type and
+message); compiled, with no more graphs and no more graph breaks than plain.
 
 A second property: programs made only of what GraphMend claims to fix (tensor
-branches with mergeable arms, output calls, guards) compile with ``fullgraph=True``
-through GraphMend and behave as the plain eager program.
+branches with mergeable or submodule-calling arms, output calls, guards) compile with
+``fullgraph=True`` through GraphMend and behave as the plain eager program.
 
 Scale: ``GRAPHMEND_PROPERTY_EXAMPLES=500`` runs that many programs per test case
 (default 15); ``GRAPHMEND_PROPERTY_SHRINK=1`` shrinks a failing program to a minimal
 one (minutes, a compile per step; off by default, so a failing run stays quick).
-:data:`COUNTEREXAMPLES` holds the minimal programs found so far, one per defect.
+:data:`COUNTEREXAMPLES` and :data:`FULLGRAPH_COUNTEREXAMPLES` hold the minimal
+programs found so far, one per defect.
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from hypothesis import strategies as st
 from helpers.observe import differences, run
 from helpers.programs import Call, Program, programs
 
-EXAMPLES = int(os.environ.get("GRAPHMEND_PROPERTY_EXAMPLES", "15"))
+
+def _examples() -> int:
+    value = os.environ.get("GRAPHMEND_PROPERTY_EXAMPLES", "15")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"GRAPHMEND_PROPERTY_EXAMPLES must be a positive integer, not {value!r}")
+    return int(value)
+
+
+EXAMPLES = _examples()
 SHRINK = os.environ.get("GRAPHMEND_PROPERTY_SHRINK", "0") not in ("", "0")
 PROPERTY = settings(
     max_examples=EXAMPLES,
