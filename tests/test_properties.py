@@ -26,10 +26,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from helpers.observe import differences, run
+from helpers.observe import differences, run, same
 from helpers.programs import Call, Program, programs
 
 
@@ -220,3 +221,29 @@ def test_counterexample(program: Program) -> None:
 )
 def test_fullgraph_counterexample(program: Program) -> None:
     check_fullgraph(program)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("x.add_(1)\nreturn x + 0\n", "input_after"),
+        ("return x + 1\n", "result"),
+        ("self.buf.add_(1)\nreturn x + 0\n", "state"),
+        ('logger.info("n=%d", x.shape[0])\nreturn x + 0\n', "events"),
+        ('raise ValueError("no")\n', "error"),
+    ],
+)
+def test_differences_sees_each_observable(body: str, field: str) -> None:
+    """The harness is not blind: a program that differs from ``return x + 0`` in one
+    observable thing is reported for that thing (and for its result, where it differs)."""
+    reference = run(Program("return x + 0\n", STATIC), mended=False, compiled=False)
+    actual = run(Program(body, STATIC), mended=True, compiled=False)
+    found = differences({"plain": reference}, actual)
+    fields = {line.split(": ")[1].split(" differs")[0] for line in found}
+    assert field in fields and fields <= {field, "result"}, found
+
+
+def test_same_is_bitwise() -> None:
+    nan, zero = torch.tensor([float("nan")]), torch.tensor([0.0])
+    assert same(nan, nan.clone()) and same((zero, 1), (zero.clone(), 1))
+    assert not same(zero, -zero) and not same(zero, zero.double()) and not same(zero, None)
