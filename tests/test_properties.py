@@ -230,6 +230,8 @@ def test_fullgraph_counterexample(program: Program) -> None:
         ("return x + 1\n", "result"),
         ("self.buf.add_(1)\nreturn x + 0\n", "state"),
         ('logger.info("n=%d", x.shape[0])\nreturn x + 0\n', "events"),
+        ('warnings.warn("w")\nreturn x + 0\n', "events"),
+        ('print("p")\nreturn x + 0\n', "events"),
         ('raise ValueError("no")\n', "error"),
     ],
 )
