@@ -175,3 +175,38 @@ def f(x, mask=None, scale: float = 2.0):
 """
     (finding,) = rewrite(source, "<case>", {"predicate"}).findings
     assert finding.decision is Decision.REWRITTEN, finding.reason
+
+
+FLOAT_IN_COND = """
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, t):
+        if x.sum() > 0:
+            if x.mean() > t:
+                x = self.lin(x)
+            else:
+                x = x * 2
+        return x
+"""
+
+
+def test_a_float_that_turns_symbolic_never_reaches_torch_cond(load_both):
+    # torch.cond failed making its fake-tensor call on a branch closing over a float
+    # TorchDynamo had made symbolic (t changed between calls)
+    plain_module, mended_module = load_both(FLOAT_IN_COND)
+    torch.manual_seed(0)
+    plain, mended = plain_module.Scaled().eval(), mended_module.Scaled().eval()
+    mended.load_state_dict(plain.state_dict())
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, backend="eager")
+    with torch.no_grad():
+        for t in (0.5, 1.5, 2.5):
+            x = torch.full((2, 4), 1.0)
+            assert bitwise_equal(compiled(x, t), plain(x, t))

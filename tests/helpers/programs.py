@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import strategies as st
@@ -112,6 +112,14 @@ class Program:
     def source(self) -> str:
         """The whole module's source text."""
         return MODULE.format(body=textwrap.indent(self.body, " " * 8))
+
+    def steady(self) -> Program:
+        """The same program, every call with the first call's ``t`` and number of rows:
+        graphs are counted on calls that recompile only where the data decide a branch."""
+        first = self.calls[0]
+        rows = len(first.rows)
+        calls = tuple(Call(tuple((call.rows * rows)[:rows]), first.t) for call in self.calls)
+        return replace(self, calls=calls)
 
     def describe(self) -> str:
         """The forward body and the calls, as a failure message shows them."""

@@ -16,7 +16,8 @@ a Python value, or cannot be lowered, the original ``if`` decides on the host.
 The eager path is the original statement.  Asserts sit under ``if __debug__:``
 so that ``python -O`` removes them, rewritten or not.  The message is built at
 trace time, so it may only use expressions that cannot fail or change
-anything: names, constants, shapes, dtypes, ``len()``, ``x.size()``.
+anything: names, constants, shapes, dtypes, ``len()``, ``x.size()``, and ``tuple()`` or
+``list()`` of those.
 """
 
 from __future__ import annotations
@@ -333,6 +334,9 @@ class _Message:
             name = qualified_name(func, self.scopes, self.functions)
             if name == "builtins.len" and len(expr.args) == 1:
                 return runtime_call("metadata", self._value(expr.args[0]), ast.Constant("__len__"))
+            if name in ("builtins.tuple", "builtins.list") and len(expr.args) == 1:
+                kind = ast.Constant(name.removeprefix("builtins."))
+                return runtime_call("sequence", self._value(expr.args[0]), kind)
         raise Decline(
             f"the message formats {ast.unparse(expr)}, which could fail or change if computed "
             "before the guard fires"

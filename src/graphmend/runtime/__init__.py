@@ -20,7 +20,7 @@ from graphmend.runtime.conditions import (
     not_,
 )
 from graphmend.runtime.deferral import capture, deferred, rebuild, render
-from graphmend.runtime.reading import attribute, metadata, type_name
+from graphmend.runtime.reading import attribute, metadata, sequence, type_name
 from graphmend.runtime.selection import assign_item, branch, store_target
 from graphmend.runtime.traps import exact_text, lower_guard, lowerable, text
 
@@ -48,6 +48,7 @@ __all__ = [
     "not_",
     "rebuild",
     "render",
+    "sequence",
     "store_target",
     "text",
     "tracing",

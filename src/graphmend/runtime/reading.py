@@ -29,6 +29,13 @@ def metadata(value: Any, query: str) -> Any:
     return len(value) if query == "__len__" else getattr(value, query)()
 
 
+def sequence(value: Any, kind: str) -> Any:
+    """``tuple(value)`` / ``list(value)`` of a size, tuple or list, or :data:`MISSING`."""
+    if type(value) not in (tuple, list, torch.Size):
+        return MISSING
+    return tuple(value) if kind == "tuple" else list(value)
+
+
 def type_name(value: Any) -> str:
     """``type(value).__name__``."""
     return type(value).__name__

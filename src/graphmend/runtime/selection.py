@@ -117,6 +117,11 @@ def branch(
         return None
     if not all(module_is_pure(module) for module in modules):
         return None
+    if expensive and any(type(v) is float for v in (*then_arguments, *else_arguments)):
+        # torch.cond cannot take a branch that reads a float TorchDynamo made symbolic
+        # (a float argument that changed between calls); under tracing a float's type
+        # does not say whether it is, so a branch reading one keeps the original if.
+        return None
     predicate = truth(condition)
     then_values = then_function(*then_arguments)
     else_values = else_function(*else_arguments)
