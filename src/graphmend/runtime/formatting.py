@@ -2,22 +2,30 @@
 
 TorchDynamo formats some values wrongly (``format(3, ">4")`` ignores the spec;
 a ``torch.Size`` of symbolic sizes prints as ``torch.Size([s77])``).
-:func:`format_now` is marked as a constant-result function once TorchDynamo is
-imported: TorchDynamo then calls it with the real Python values and bakes the
-text into the trace, and refuses (a graph break) when a value is symbolic.
+:func:`format_now` formats with a function marked as a constant-result function
+once TorchDynamo is imported: TorchDynamo then calls it with the real Python
+values and bakes the text into the trace, and refuses (a graph break) when a
+value is symbolic.
 Baked text is not guarded, so only values whose text cannot change while the
 compiled code is reused qualify (:func:`formattable_now`): immutable builtins,
 dtypes, devices, sizes, and tuples of them, which TorchDynamo guards on.
+
+TorchDynamo before ``AsPythonConstantNotImplementedError`` (2.5, 2.6) fails the
+whole compile, instead of breaking the graph, when a value is symbolic; there
+a value that holds numbers (the ones that can be symbolic) is formatted by a
+function TorchDynamo does not trace: a graph break, as without GraphMend.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from graphmend.rewriter import GraphMendWarning
 from graphmend.runtime.post_import import when_imported
 
 CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, ord("a"): ascii}
@@ -41,7 +49,26 @@ def formattable_now(value: Any) -> bool:
 
 def format_now(value: Any, conversion: int, spec: str) -> str:
     """``f"{value!conversion:spec}"``, computed by Python even while tracing."""
+    if _holds_numbers(value) and not _symbolic_values_break:
+        return _format_unbaked(value, conversion, spec)
+    return _format(value, conversion, spec)
+
+
+def _holds_numbers(value: Any) -> bool:
+    if type(value) in (tuple, torch.Size):
+        return any(_holds_numbers(item) for item in value)
+    return type(value) in (int, float, bool)
+
+
+def _format(value: Any, conversion: int, spec: str) -> str:
+    """The formatting itself; a constant-result function once TorchDynamo is imported."""
     return f"{convert(value, conversion):{spec}}"
+
+
+#: Whether TorchDynamo breaks the graph when a constant-result function gets a
+#: symbolic value (else :data:`_format_unbaked` is not traced at all).
+_symbolic_values_break = True
+_format_unbaked = _format
 
 
 def assume_constant_result(dynamo: ModuleType, function: Callable[..., Any]) -> None:
@@ -50,7 +77,7 @@ def assume_constant_result(dynamo: ModuleType, function: Callable[..., Any]) -> 
     TorchDynamo (2.5 to 2.13) stores each result it bakes in the globals of the
     module whose frame it compiles, under the function's code name: a plain
     name would overwrite a global of that name there (on torch 2.5 and 2.6 it replaced
-    :func:`format_now` itself in GraphMend's modules with a string).
+    the formatting function itself in GraphMend's modules with a string).
     """
     name = f"__graphmend_{function.__name__}"
     function.__name__ = name
@@ -59,7 +86,20 @@ def assume_constant_result(dynamo: ModuleType, function: Callable[..., Any]) -> 
 
 
 def _mark_constant(dynamo: ModuleType) -> None:
-    assume_constant_result(dynamo, format_now)
+    global _symbolic_values_break, _format_unbaked
+    assume_constant_result(dynamo, _format)
+    from torch._dynamo.variables import base
+
+    if not hasattr(base, "AsPythonConstantNotImplementedError"):
+        _symbolic_values_break = False
+        _format_unbaked = dynamo.disable(_format)
+        warnings.warn(
+            f"GraphMend: on torch {torch.__version__}, TorchDynamo fails to compile, instead of "
+            "breaking the graph, when text is made of a size that turns dynamic: print and "
+            "logging calls that format sizes or tuples of numbers keep their graph breaks",
+            GraphMendWarning,
+            stacklevel=2,
+        )
 
 
 when_imported("torch._dynamo", _mark_constant)
