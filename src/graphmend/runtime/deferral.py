@@ -91,9 +91,11 @@ def output_pending() -> bool:
     """
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
-    current = getattr(InstructionTranslator, "current_tx", None)
-    translator = current() if current is not None else None
-    return translator is None or bool(getattr(translator, "debug_locals", True))
+    try:
+        translator = InstructionTranslator.current_tx()
+    except AttributeError:  # not TorchDynamo (non-strict export): calls run where they are
+        return False
+    return bool(getattr(translator, "debug_locals", True))
 
 
 def render(value: Any, conversion: int, spec: str) -> str:
