@@ -78,7 +78,10 @@ def _rebuild_one(kind: str, remaining: Iterator[Any]) -> Any:
     if kind == "float":
         return float(payload)
     if kind in _REBUILD:
-        return _REBUILD[kind]([_rebuild_one(next(remaining), remaining) for _ in range(payload)])
+        items = []
+        for _ in range(payload):
+            items.append(_rebuild_one(next(remaining), remaining))
+        return _REBUILD[kind](items)
     return payload
 
 
@@ -125,11 +128,18 @@ def deferred(qualname: str) -> Callable[[F], F]:
 
 
 def _register_with_dynamo(function: Callable[..., None]) -> None:
-    from torch._dynamo import config, eval_frame
+    from torch._dynamo import config
 
     config.reorderable_logging_functions.add(function)
-    # Called after the graph from compiled code, the function's own frame would
-    # be handed to TorchDynamo to compile (and fail on the call it makes).
+    _never_compiled(function)
+
+
+def _never_compiled(function: Callable[..., Any]) -> None:
+    """Called after the graph from compiled code, a function's own frame would be handed
+    to TorchDynamo to compile (and fail on the call it makes, or on ``int()`` of a
+    carried number: torch 2.5 compiles it with the graph's ``fullgraph``)."""
+    from torch._dynamo import eval_frame
+
     skip_code = getattr(eval_frame, "skip_code", None)
     if skip_code is not None:
         skip_code(function.__code__)
@@ -142,6 +152,8 @@ def _enable(_dynamo: object = None) -> None:
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
     _enabled = True
+    for helper in (rebuild, _rebuild_one, render):  # what the generated functions call
+        _never_compiled(helper)
     for function in _deferred_functions:
         _register_with_dynamo(function)
 
