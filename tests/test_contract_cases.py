@@ -146,6 +146,26 @@ def test_a_stored_local_used_afterwards_is_declined():
     _declined(_modules(source)[2], "self.a: other names may hold that tensor")
 
 
+@pytest.mark.parametrize("x", [torch.ones(3), torch.full((3,), 5.0)])
+def test_a_failing_guard_after_an_attribute_store(x):
+    # found by the property tests: the store is a side effect TorchDynamo applies after
+    # the graph, so a guard lowered after it raised before the store happened
+    body = """
+        self.a = x * 2
+        assert (x < 3.0).all(), "too large"
+        return x + 1"""
+
+    def scenario(module, wrap):
+        model = module["M"]()
+        try:
+            result = wrap(model)(x.clone())
+        except AssertionError as error:
+            result = str(error)
+        return result, model.a
+
+    alike(BUFFER_MODULE.format(body=body.strip()), scenario)
+
+
 def test_store_by_index_then_rebind():
     source = """
     import torch

@@ -85,20 +85,36 @@ def _rebuild_one(kind: str, remaining: Iterator[Any]) -> Any:
     return payload
 
 
-def output_pending() -> bool:
-    """Whether calls deferred in the graph being traced wait for its end (asked while tracing).
+def effects_pending() -> bool:
+    """Whether effects of the graph being traced wait for its end (asked while tracing):
+    calls deferred in it, or Python side effects (an attribute stored, a list appended
+    to) that TorchDynamo applies after the graph.
 
-    A guard lowered into the graph raises from inside it, and the calls deferred
-    before it would never run: while any wait, a guard keeps its graph break, so
-    that the output appears before the exception, as it does eagerly.
+    A guard lowered into the graph raises from inside it, and what waits would never
+    happen: while anything waits, a guard keeps its graph break, so that the output
+    appears and the state changes before the exception, as they do eagerly.
     """
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
     try:
         translator = InstructionTranslator.current_tx()
-    except AttributeError:  # not TorchDynamo (non-strict export): calls run where they are
+    except AttributeError:  # not TorchDynamo (non-strict export): nothing is deferred
         return False
-    return bool(getattr(translator, "debug_locals", True))
+    if getattr(translator, "debug_locals", True):
+        return True
+    side_effects = getattr(getattr(translator, "output", None), "side_effects", None)
+    return side_effects is None or _changes_existing_objects(side_effects)
+
+
+def _changes_existing_objects(side_effects: Any) -> bool:
+    """Whether TorchDynamo will change an object that existed before the trace (objects
+    made while tracing, such as a guard message's list, are no one else's to see)."""
+    for item in side_effects.id_to_variable.values():
+        # mutation_type on torch 2.13, mutable_local on 2.5
+        mutation = getattr(item, "mutation_type", None) or getattr(item, "mutable_local", None)
+        if "New" not in type(mutation).__name__ and side_effects.is_modified(item):
+            return True
+    return False
 
 
 def render(value: Any, conversion: int, spec: str) -> str:
@@ -160,7 +176,7 @@ def _enable(_dynamo: object = None) -> None:
 
 def _mark_constant(dynamo: Any) -> None:
     # Called by TorchDynamo while it traces, with its answer baked into the trace.
-    assume_constant_result(dynamo, output_pending)
+    assume_constant_result(dynamo, effects_pending)
 
 
 when_imported("torch._dynamo", _enable)

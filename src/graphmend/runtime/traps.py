@@ -38,7 +38,7 @@ import torch
 from graphmend.config import ConfigError, cuda_guards
 from graphmend.rewriter import GraphMendWarning
 from graphmend.runtime.conditions import is_scalar_tensor, truth
-from graphmend.runtime.deferral import output_pending
+from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.formatting import assume_constant_result, format_now, formattable_now
 from graphmend.runtime.post_import import when_imported
 
@@ -165,7 +165,7 @@ def lower_guard(
     """
     path = _exception_path(exception)
     refused = not _operator_ready or path is None or any(piece is None for piece in message)
-    if refused or output_pending() or not lowerable(condition, *earlier):
+    if refused or effects_pending() or not lowerable(condition, *earlier):
         return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):
