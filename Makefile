@@ -11,6 +11,10 @@
 PYTHON ?= python3
 TORCH_PIN := torch==2.13.0
 TF4_PIN := transformers==4.51.3
+# The property tests' examples depend on Hypothesis's version: pinned, so that CI
+# (which sets CI=true: Hypothesis's "ci" profile, derandomized) draws the same
+# programs on every run.  Local runs draw new programs each time.
+HYPOTHESIS_PIN := hypothesis==6.170.17
 FLOOR_PINS := torch==2.5.1 transformers==4.51.3
 VENV := .venv
 VENV_TF4 := .venv-tf4
@@ -34,17 +38,17 @@ SETUP_INPUTS := pyproject.toml src/graphmend_hook.py src/graphmend_hook.pth
 
 $(VENV)/.ready: $(SETUP_INPUTS)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)" -e ".[dev]"
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)" "$(HYPOTHESIS_PIN)" -e ".[dev]"
 	touch $@
 
 $(VENV_TF4)/.ready: $(SETUP_INPUTS)
 	$(PYTHON) -m venv $(VENV_TF4)
-	$(VENV_TF4)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)" "$(TF4_PIN)" -e ".[test]"
+	$(VENV_TF4)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)" "$(TF4_PIN)" "$(HYPOTHESIS_PIN)" -e ".[test]"
 	touch $@
 
 $(VENV_FLOOR)/.ready: $(SETUP_INPUTS)
 	$(PYTHON) -m venv $(VENV_FLOOR)
-	$(VENV_FLOOR)/bin/python -m pip install --quiet --disable-pip-version-check $(FLOOR_PINS) -e ".[test]"
+	$(VENV_FLOOR)/bin/python -m pip install --quiet --disable-pip-version-check $(FLOOR_PINS) "$(HYPOTHESIS_PIN)" -e ".[test]"
 	touch $@
 
 demo: $(VENV)/.ready

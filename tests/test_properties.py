@@ -199,6 +199,11 @@ COUNTEREXAMPLES = {
         (Call(((1.0, 2.0, 0.0, 0.0),), 0.5), Call(((-1.0, 0.0, 0.0, 0.0),), 1.5)),
         grad=False,
     ),
+    "identical-tuples-returned-by-both-arms": Program(
+        "if (x > 1.0).any():\n    return (x, self.buf)\nelse:\n    return (x, self.buf)\n",
+        (Call(((-1.0, 0.0, -3.0, 0.0), (0.5, 0.0, 0.5, 2.0)), 2.5),),
+        grad=False,
+    ),
     "declined-conditional-expression-shapes": Program(
         "x = torch.cat([x, x]) if x.abs().max() < 0.5 else -x\nreturn x\n", STATIC
     ),

@@ -214,7 +214,7 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
         return None
     plan = []
     for left, right in zip(then_values, else_values, strict=True):
-        if left is right:  # the same object either way: keep it, identity included
+        if _same_object(left, right):  # either way: keep it, identity included
             plan.append(False)
         elif isinstance(left, torch.Tensor):
             if not _same_metadata(left, right) or left.layout != torch.strided:
@@ -227,9 +227,21 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
     return plan
 
 
+def _same_object(left: Any, right: Any) -> bool:
+    """``left is right``, asked only of values TorchDynamo can compare by identity: it
+    cannot for two built containers (it would break the graph), and a tuple is compared
+    by its items instead."""
+    if type(left) in _CONTAINERS or type(right) in _CONTAINERS:
+        return False
+    return left is right
+
+
+_CONTAINERS = (tuple, list, dict, set)
+
+
 def _identical(left: Any, right: Any) -> bool:
     """Whether either value may stand for both: the same object, or equal immutable values."""
-    if left is right:
+    if _same_object(left, right):
         return True
     if type(left) is not type(right):
         return False
