@@ -1,4 +1,4 @@
-"""Command line: ``python -m graphmend run | explain | diff | cache | check``."""
+"""Command line: ``python -m graphmend run | report | explain | diff | cache | check``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,29 @@ options:
 """
 
 
+_REPORT_USAGE = """\
+usage: {prog} report [--compare] [--json] [-p PATTERN]... script.py[:FUNCTION] [args...]
+
+Run a script with GraphMend and report each graph break that remains in the calls
+it compiles: its line, its kind, and what GraphMend decided there (not in scope,
+not a candidate, declined and why, or rewritten but a check failed while tracing,
+with the values it saw), with what you can do about it.
+
+Without :FUNCTION the script runs as python would run it, eagerly: each callable
+it passes to torch.compile is reported on its first call. With :FUNCTION the
+script is loaded without running its __main__ block, and FUNCTION() returns
+(model, args) or (model, args, kwargs).
+
+options:
+  --compare               run the script again without GraphMend, in a fresh
+                          process, and report the breaks removed and the graph
+                          counts before and after
+  --json                  print JSON instead of text
+  -p, --packages PATTERN  also claim modules matching PATTERN ('!PATTERN' never)
+  -h, --help              show this help and exit
+"""
+
+
 class UsageError(Exception):
     """Bad command-line usage; reported with exit status 2."""
 
@@ -45,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if arguments and arguments[0] == "run":
             return _run(arguments[1:], prog)
+        if arguments and arguments[0] == "report":
+            return _report(arguments[1:], prog)
         return _dispatch(_parser(prog).parse_args(arguments))
     except (UsageError, ConfigError, PatternError, DiscoveryError) as error:
         print(f"graphmend: error: {error}", file=sys.stderr)
@@ -68,6 +93,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"graphmend {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("run", help="run a script or module with the hook (see 'run -h')")
+    commands.add_parser(
+        "report",
+        help="run a script and explain each graph break that remains (see 'report -h')",
+    )
     commands.add_parser(
         "check",
         help="report the settings, the hook, the cache and torch; exit 1 on any problem",
@@ -181,13 +210,55 @@ def _explain_or_diff(options: argparse.Namespace) -> int:
 
 
 def _run(arguments: list[str], prog: str) -> int:
+    options = _leading_options(arguments, "run", prog, flags=("-m",))
+    if options is None:
+        print(_RUN_USAGE.format(prog=prog), end="")
+        return 0
+    extra, flags, rest = options
+    if "-m" in flags:
+        if not rest:
+            raise UsageError("-m needs a module name")
+        run_module(rest[0], rest[1:], _run_config(extra))
+        return 0
+    if not rest:
+        raise UsageError(f"run needs a script or -m module (see '{prog} run -h')")
+    run_script(rest[0], rest[1:], _run_config(extra))
+    return 0
+
+
+def _report(arguments: list[str], prog: str) -> int:
+    from graphmend.report_script import WITHOUT_GRAPHMEND, observe_without_graphmend, report_script
+
+    if arguments[:1] == [WITHOUT_GRAPHMEND] and len(arguments) > 2:
+        return observe_without_graphmend(arguments[2], arguments[3:], output=arguments[1])
+    options = _leading_options(arguments, "report", prog, flags=("--compare", "--json"))
+    if options is None:
+        print(_REPORT_USAGE.format(prog=prog), end="")
+        return 0
+    extra, flags, rest = options
+    if not rest:
+        raise UsageError(f"report needs a script (see '{prog} report -h')")
+    return report_script(
+        rest[0],
+        rest[1:],
+        _run_config(extra),
+        compare="--compare" in flags,
+        as_json="--json" in flags,
+    )
+
+
+def _leading_options(
+    arguments: list[str], command: str, prog: str, *, flags: tuple[str, ...]
+) -> tuple[list[str], set[str], list[str]] | None:
+    """The ``-p PATTERN`` options and ``flags`` before the script, and what follows
+    (from ``-m``'s module on, when ``-m`` is a flag); ``None`` for ``-h``."""
     extra: list[str] = []
+    seen: set[str] = set()
     index = 0
     while index < len(arguments):
         argument = arguments[index]
         if argument in ("-h", "--help"):
-            print(_RUN_USAGE.format(prog=prog), end="")
-            return 0
+            return None
         if argument in ("-p", "--packages"):
             if index + 1 >= len(arguments):
                 raise UsageError(f"{argument} needs a PATTERN")
@@ -199,18 +270,16 @@ def _run(arguments: list[str], prog: str) -> int:
         elif argument.startswith("-p") and len(argument) > 2:
             extra.append(argument[2:])
             index += 1
-        elif argument == "-m":
-            if index + 1 >= len(arguments):
-                raise UsageError("-m needs a module name")
-            config = _run_config(extra)
-            run_module(arguments[index + 1], arguments[index + 2 :], config)
-            return 0
+        elif argument in flags:
+            seen.add(argument)
+            index += 1
+            if argument == "-m":
+                break
         elif argument.startswith("-"):
-            raise UsageError(f"unknown option {argument!r} (see '{prog} run -h')")
+            raise UsageError(f"unknown option {argument!r} (see '{prog} {command} -h')")
         else:
-            run_script(argument, arguments[index + 1 :], _run_config(extra))
-            return 0
-    raise UsageError(f"run needs a script or -m module (see '{prog} run -h')")
+            break
+    return extra, seen, arguments[index:]
 
 
 def _run_config(extra: list[str]) -> Config:

@@ -107,6 +107,11 @@ def cuda_guards(environ: Mapping[str, str] = os.environ) -> str:
     return _read("GRAPHMEND_CUDA_GUARDS", environ) or CUDA_GUARD_MODES[0]
 
 
+def debug_log(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``GRAPHMEND_LOG`` asks for debug lines (checked, as :func:`cuda_guards`)."""
+    return bool(_read("GRAPHMEND_LOG", environ))
+
+
 def _split(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 

@@ -34,8 +34,11 @@ class ScriptError(Exception):
     """A script that cannot be opened; reported as ``python`` reports it, exit status 2."""
 
 
-def run_script(path: str, args: list[str], config: Config) -> None:
-    """Execute ``path`` as ``__main__`` with the hook installed."""
+def run_script(
+    path: str, args: list[str], config: Config | None, *, name: str = "__main__"
+) -> dict[str, object]:
+    """Execute ``path`` as module ``name`` (``__main__``: as ``python path`` would), with
+    the hook installed (none when ``config`` is ``None``); returns the module's namespace."""
     absolute = os.path.abspath(path)
     try:
         with open(absolute, "rb") as handle:
@@ -44,22 +47,25 @@ def run_script(path: str, args: list[str], config: Config) -> None:
         raise ScriptError(
             f"can't open file {absolute!r}: [Errno {error.errno}] {error.strerror}"
         ) from None
-    installation = _install(config)
-    code = installation.finder.rewriter.code_for("__main__", absolute, source)
+    code = None
+    if config is not None:
+        installation = _install(config)
+        code = installation.finder.rewriter.code_for(name, absolute, source)
     if code is None:
         code = compile(source, absolute, "exec", dont_inherit=True)
-    main = types.ModuleType("__main__")
+    main = types.ModuleType(name)
     main.__dict__.update(
         __file__=absolute,
         __cached__=None,
-        __loader__=importlib.machinery.SourceFileLoader("__main__", absolute),
+        __loader__=importlib.machinery.SourceFileLoader(name, absolute),
         __builtins__=builtins,
     )
-    sys.modules["__main__"] = main
+    sys.modules[name] = main
     sys.argv = [path, *args]
     if not getattr(sys.flags, "safe_path", False):  # Python 3.11+: -P
         sys.path[0] = os.path.dirname(absolute)
     _report_uncaught(lambda: exec(code, main.__dict__))
+    return main.__dict__
 
 
 def run_module(module: str, args: list[str], config: Config) -> None:

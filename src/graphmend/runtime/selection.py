@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import IMMUTABLE_TYPES
 
 _PURE_MODULES: tuple[type[nn.Module], ...] = tuple(
@@ -67,23 +68,32 @@ _TRAINING_CHANGES_STATE = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._
 _PURE_MODULE_PACKAGES = ("torch.nn.modules.activation", "transformers.activations")
 
 
-def module_is_pure(module: Any) -> bool:
-    """Whether calling ``module`` only computes (checked while tracing, so it is static).
+def why_impure(module: Any) -> str | None:
+    """Why calling ``module`` may do more than compute; ``None`` when it only computes
+    (checked while tracing, so it is static).
 
     The exact class is checked, not a subclass (whose ``forward`` may do
     anything), and no hook, the module's own or a global one, may be set.
     """
-    if not isinstance(module, nn.Module) or _global_hooks():
-        return False
+    if not isinstance(module, nn.Module):
+        return "it is not a torch.nn.Module"
+    if _global_hooks():
+        return "a global module hook is set"
     if module._forward_hooks or module._forward_pre_hooks:
-        return False
+        return "it has forward hooks"
     if isinstance(module, _TRAINING_CHANGES_STATE) and module.training:
-        return False
+        return "it is in training mode (dropout draws, batch norm updates its statistics)"
     if type(module) is nn.Sequential:
-        return all(module_is_pure(child) for child in module)
-    if type(module) is nn.MultiheadAttention:
-        return False
-    return type(module) in _PURE_MODULES or type(module).__module__ in _PURE_MODULE_PACKAGES
+        for child in module:
+            reason = why_impure(child)
+            if reason is not None:
+                return reason
+        return None
+    if type(module) is nn.MultiheadAttention or not (
+        type(module) in _PURE_MODULES or type(module).__module__ in _PURE_MODULE_PACKAGES
+    ):
+        return f"its type {type(module).__qualname__} is not known to be pure"
+    return None
 
 
 def _global_hooks() -> bool:
@@ -115,20 +125,29 @@ def branch(
     """
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
-    if not all(module_is_pure(module) for module in modules):
-        return None
+    for module in modules:
+        reason = why_impure(module)
+        if reason is not None:
+            declined("predicate", f"a branch calls a submodule: {reason}")
+            return None
     if expensive and any(type(v) is float for v in (*then_arguments, *else_arguments)):
         # torch.cond cannot take a branch that reads a float TorchDynamo made symbolic
         # (a float argument that changed between calls); under tracing a float's type
         # does not say whether it is, so a branch reading one keeps the original if.
+        declined("predicate", "a branch that calls a submodule reads a Python float")
         return None
     predicate = truth(condition)
     then_values = then_function(*then_arguments)
     else_values = else_function(*else_arguments)
     if then_values is None or else_values is None:
+        declined("predicate", "an if inside a branch runs its original code")
         return None
     plan = _merge_plan(then_values, else_values)
-    if plan is None or _records_gradients(then_values + else_values):
+    if plan is None:
+        _decline_merge(then_values, else_values)
+        return None
+    if _records_gradients(then_values + else_values):
+        declined("predicate", "autograd records and a result requires grad")
         return None
     if expensive:
         merged = _with_cond(
@@ -147,6 +166,7 @@ def branch(
     count = len(merged) - len(in_place)
     for target, update in zip(in_place, merged[count:], strict=True):
         if not (isinstance(target, torch.Tensor) and _same_metadata(target, update)):
+            declined("predicate", "{0} cannot be written into {1}", update, target)
             return None
     for target, update in zip(in_place, merged[count:], strict=True):
         target.copy_(update)
@@ -237,6 +257,22 @@ def _same_object(left: Any, right: Any) -> bool:
 
 
 _CONTAINERS = (tuple, list, dict, set)
+
+
+def _decline_merge(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> None:
+    """Record which results of the branches cannot be merged exactly."""
+    if len(then_values) != len(else_values):
+        declined("predicate", "the branches give different numbers of results")
+        return
+    for position, (left, right) in enumerate(zip(then_values, else_values, strict=True)):
+        if _merge_plan((left,), (right,)) is None:
+            declined(
+                "predicate",
+                f"result {position + 1}: the then-branch gives {{0}}, the else-branch {{1}}",
+                left,
+                right,
+            )
+            return
 
 
 def _identical(left: Any, right: Any) -> bool:

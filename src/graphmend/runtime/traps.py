@@ -39,6 +39,7 @@ from graphmend.config import ConfigError, cuda_guards
 from graphmend.rewriter import GraphMendWarning
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.deferral import effects_pending
+from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import assume_constant_result, format_now, formattable_now
 from graphmend.runtime.post_import import when_imported
 
@@ -163,9 +164,20 @@ def lower_guard(
     chain: this guard fires only where none of them did.  When False is
     returned the caller decides in Python, exactly as the original code.
     """
+    if not lowerable(condition, *earlier):
+        return False
     path = _exception_path(exception)
-    refused = not _operator_ready or path is None or any(piece is None for piece in message)
-    if refused or effects_pending() or not lowerable(condition, *earlier):
+    if not _operator_ready:
+        declined("trap", "GraphMend's guard operator is not defined (see its warning)")
+        return False
+    if path is None:
+        declined("trap", "the exception's class cannot be found again by its name")
+        return False
+    if any(piece is None for piece in message):
+        declined("trap", "the message needs tensor data, or text that may change")
+        return False
+    if effects_pending():
+        declined("trap", "output or Python state changes wait for the end of the graph")
         return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):

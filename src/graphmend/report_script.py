@@ -1,0 +1,175 @@
+"""``python -m graphmend report``: run a script with GraphMend and report its compiled calls.
+
+Without ``:FUNCTION`` the script runs as ``__main__``; every callable it hands
+to ``torch.compile`` (or ``nn.Module.compile``) is reported on the first call it
+makes.  While the script runs, ``torch.compile`` returns the callable itself,
+wrapped to record that call: the script runs eagerly, so that a break under
+``fullgraph=True`` does not stop it before the report.  With ``:FUNCTION`` the
+script is loaded as a module (its ``if __name__ == "__main__":`` block does not
+run) and ``FUNCTION()`` returns ``(model, args)`` or ``(model, args, kwargs)``.
+
+``--compare`` runs the same script again in a fresh process without GraphMend
+(no hook, the code as written) and reports the breaks GraphMend removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from graphmend.breaks import Observation, observe
+from graphmend.config import Config
+from graphmend.report import Report, explain_observation
+from graphmend.runner import ScriptError, run_script
+from graphmend.runtime import fallbacks
+
+Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+#: The option a comparison child is started with, before its output file (internal).
+WITHOUT_GRAPHMEND = "--without-graphmend"
+
+
+class _FirstCall:
+    """What ``torch.compile`` returns while a script is reported: the callable itself,
+    recording the first call made through it."""
+
+    def __init__(self, function: Callable[..., Any], calls: list[Call]) -> None:
+        self._function = function
+        self._calls = calls
+        self._seen = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._seen:
+            self._seen = True
+            self._calls.append((self._function, args, kwargs))
+        return self._function(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._function, name)
+
+
+def _recording_compile(calls: list[Call]) -> Callable[..., Any]:
+    def compile_(model: Callable[..., Any] | None = None, **_options: Any) -> Any:
+        if model is None:  # @torch.compile(...) used as a decorator factory
+            return lambda function: compile_(function)
+        return _FirstCall(model, calls)
+
+    return compile_
+
+
+def script_calls(target: str, args: list[str], config: Config | None) -> list[Call]:
+    """The calls to report: run ``script.py`` (or load it and call ``FUNCTION``)."""
+    path, function = split_target(target)
+    calls: list[Call] = []
+    original = torch.compile
+    torch.compile = _recording_compile(calls)  # type: ignore[assignment]
+    try:
+        if function is None:
+            try:
+                run_script(path, args, config)
+            except SystemExit as stop:
+                if stop.code not in (None, 0):
+                    raise
+            return calls
+        namespace = run_script(path, args, config, name="__graphmend_report__")
+    finally:
+        torch.compile = original  # type: ignore[assignment]
+    return [_call_of(namespace, function, target)]
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """``script.py:FUNCTION`` split; a target that is a file is all path."""
+    path, _, function = target.rpartition(":")
+    if not path or os.path.exists(target) or not function.isidentifier():
+        return target, None
+    return path, function
+
+
+def _call_of(namespace: dict[str, object], function: str, target: str) -> Call:
+    builder = namespace.get(function)
+    if not callable(builder):
+        raise ScriptError(f"{target}: the script defines no function {function!r}")
+    built = builder()
+    if not (isinstance(built, tuple) and len(built) in (2, 3) and callable(built[0])):
+        raise ScriptError(
+            f"{target}: {function}() must return (model, args) or (model, args, kwargs)"
+        )
+    model, call_args, *rest = built
+    return model, tuple(call_args), dict(rest[0]) if rest else {}
+
+
+def observations(calls: list[Call]) -> list[tuple[Observation, list[fallbacks.Fallback]]]:
+    """Each call traced, with the fallbacks recorded while it was."""
+    observed = []
+    for function, args, kwargs in calls:
+        fallbacks.clear()
+        observed.append((observe(function, *args, **kwargs), fallbacks.records()))
+    return observed
+
+
+def plain_observations(target: str, args: list[str]) -> list[Observation]:
+    """The same script's calls observed in a fresh process without GraphMend."""
+    environment = {
+        name: value for name, value in os.environ.items() if not name.startswith("GRAPHMEND")
+    }
+    with tempfile.TemporaryDirectory(prefix="graphmend-report-") as directory:
+        output = os.path.join(directory, "plain.json")
+        command = [sys.executable, "-m", "graphmend", "report", WITHOUT_GRAPHMEND, output]
+        child = subprocess.run(
+            [*command, target, *args], env=environment, capture_output=True, text=True
+        )
+        if child.returncode != 0:
+            raise ScriptError(f"the run without GraphMend failed:\n{child.stderr.strip()}")
+        with open(output, encoding="utf-8") as handle:
+            return [Observation.from_json(entry) for entry in json.load(handle)]
+
+
+def observe_without_graphmend(target: str, args: list[str], *, output: str) -> int:
+    """The comparison child: the script's calls observed as written, as JSON in ``output``."""
+    observed = observations(script_calls(target, args, None))
+    with open(output, "w", encoding="utf-8") as handle:
+        json.dump([observation.to_json() for observation, _ in observed], handle)
+    return 0
+
+
+def report_script(
+    target: str, args: list[str], config: Config, *, compare: bool, as_json: bool
+) -> int:
+    """Run the script and print a report per compiled call; exit status 0."""
+    calls = script_calls(target, args, config)
+    observed = observations(calls)
+    plain: list[Observation | None] = list(plain_observations(target, args)) if compare else []
+    plain += [None] * (len(observed) - len(plain))
+    reports = [
+        explain_observation(observation, recorded, before)
+        for (observation, recorded), before in zip(observed, plain, strict=False)
+    ]
+    _print(calls, reports, as_json)
+    return 0
+
+
+def _print(calls: list[Call], reports: list[Report], as_json: bool) -> None:
+    names = [_name(function) for function, _, _ in calls]
+    if as_json:
+        entries = [{"model": name, **r.to_json()} for name, r in zip(names, reports, strict=True)]
+        print(json.dumps(entries, indent=2))
+        return
+    if not reports:
+        print("the script compiled nothing (no call through torch.compile)")
+    for name, one in zip(names, reports, strict=True):
+        print(f"== {name}")
+        print(one)
+
+
+def _name(function: Callable[..., Any]) -> str:
+    owner = getattr(function, "__self__", function)  # nn.Module.compile: a bound _call_impl
+    if isinstance(owner, torch.nn.Module):
+        return type(owner).__qualname__
+    return getattr(function, "__qualname__", type(function).__qualname__)
