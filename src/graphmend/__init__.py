@@ -14,6 +14,17 @@ from graphmend.config import DEFAULT_PACKAGES, Config
 from graphmend.directives import do_not_rewrite
 from graphmend.rewriter import GraphMendWarning
 
+
+def __getattr__(name: str) -> object:
+    # graphmend.report imports torch: loaded on first use, so that installing the hook
+    # at startup (GRAPHMEND=1) imports nothing more than it needs.
+    if name == "report":
+        from graphmend.reporting import report
+
+        return report
+    raise AttributeError(f"module 'graphmend' has no attribute {name!r}")
+
+
 __all__ = [
     "DEFAULT_PACKAGES",
     "Config",
@@ -22,5 +33,6 @@ __all__ = [
     "__version__",
     "do_not_rewrite",
     "install",
+    "report",
     "uninstall",
 ]

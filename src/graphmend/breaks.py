@@ -9,8 +9,9 @@ line, what kind of break remains and what GraphMend decided there.
 
 from __future__ import annotations
 
+import logging
 import os
-import traceback
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,7 +33,10 @@ _CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "dynamic shape",
         ("dynamic shape", "unbacked", "data-dependent expression", "guard on data-dependent"),
     ),
-    ("host value", (".item()", "tensor.item", "tolist", "_local_scalar_dense", "scalar output")),
+    (
+        "host value",
+        (".item()", "tensor.item", "tolist", "_local_scalar_dense", "data dependent operator"),
+    ),
     ("output call", ("print", "logging", "logger", "warnings.warn", "warn(")),
     ("unsupported call", ("skip", "unsupported", "builtin", "not supported", "cannot trace")),
 )
@@ -76,14 +80,25 @@ class Observation:
 
 
 def observe(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Observation:
-    """Trace ``function(*args, **kwargs)`` with TorchDynamo and locate each graph break."""
-    explained = torch._dynamo.explain(function)(*args, **kwargs)
-    seen: dict[ObservedBreak, None] = {}
+    """Trace ``function(*args, **kwargs)`` with TorchDynamo and locate each graph break.
+
+    Breaks come from ``explain``'s reasons (a break that ends a graph) and from
+    TorchDynamo's ``graph_breaks`` log (every break, once per site and kind), since
+    each misses some.
+    """
+    with _BreakLog() as log:
+        explained = torch._dynamo.explain(function)(*args, **kwargs)
+    seen: dict[tuple[str, int], ObservedBreak] = {}
     for reason in explained.break_reasons:
-        located = _locate(reason.user_stack, reason.reason)
+        located = _locate(
+            [(frame.filename, frame.lineno or 0, frame.name) for frame in reason.user_stack],
+            reason.reason,
+        )
         if located is not None:
-            seen.setdefault(located, None)
-    return Observation(explained.graph_count, tuple(seen))
+            seen.setdefault((located.filename, located.lineno), located)
+    for located in log.breaks:
+        seen.setdefault((located.filename, located.lineno), located)
+    return Observation(explained.graph_count, tuple(seen.values()))
 
 
 def category(reason: str) -> str:
@@ -95,12 +110,50 @@ def category(reason: str) -> str:
     return "other"
 
 
-def _locate(stack: list[traceback.FrameSummary], reason: str) -> ObservedBreak | None:
-    for frame in reversed(stack):
-        if not frame.filename.startswith(_NOT_USER) and frame.lineno:
-            first_line = reason.strip().splitlines()[0] if reason.strip() else reason
-            function = user_function(frame.name)
-            return ObservedBreak(
-                frame.filename, frame.lineno, function, category(reason), first_line
-            )
+def _locate(stack: list[tuple[str, int, str]], reason: str) -> ObservedBreak | None:
+    for filename, lineno, name in reversed(stack):
+        if not filename.startswith(_NOT_USER) and lineno:
+            lines = [line.strip() for line in reason.splitlines() if line.strip()]
+            first = next((line for line in lines if not line.startswith(_WRAPPERS)), "")
+            return ObservedBreak(filename, lineno, user_function(name), category(reason), first)
     return None
+
+
+_WRAPPERS = ("Encountered graph break", "Failed to handle graph break", "Graph Break Reason:")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+class _BreakLog(logging.Handler):
+    """TorchDynamo's ``graph_breaks`` log records, as located breaks, while active."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.breaks: list[ObservedBreak] = []
+        self._loggers: list[tuple[logging.Logger, bool, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        frames = [(name, int(line), function) for name, line, function in _FRAME.findall(message)]
+        head = message.partition("User code traceback:")[0]
+        reason = head.partition("Graph Break Reason:")[2] or message
+        located = _locate(frames, reason)
+        if located is not None:
+            self.breaks.append(located)
+
+    def __enter__(self) -> _BreakLog:
+        import torch._dynamo.symbolic_convert  # noqa: F401  (creates the artifact logger)
+
+        for name in list(logging.root.manager.loggerDict):
+            if name.endswith(".__graph_breaks"):
+                logger = logging.getLogger(name)
+                self._loggers.append((logger, logger.propagate, logger.level))
+                logger.addHandler(self)
+                logger.propagate = False
+                logger.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for logger, propagate, level in self._loggers:
+            logger.removeHandler(self)
+            logger.propagate = propagate
+            logger.setLevel(level)

@@ -26,7 +26,7 @@ import torch
 
 from graphmend.breaks import Observation, observe
 from graphmend.config import Config
-from graphmend.report import Report, explain_observation
+from graphmend.reporting import Report, explain_observation
 from graphmend.runner import ScriptError, run_script
 from graphmend.runtime import fallbacks
 

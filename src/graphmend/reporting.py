@@ -79,8 +79,11 @@ _HINTS = {
 }
 
 _CATEGORY_HINTS = {
-    "dynamic shape": "torch._dynamo.mark_static() on the input, or static shapes "
-    "(dynamic=False), keeps sizes Python ints",
+    "dynamic shape": "torch._dynamo.config.capture_dynamic_output_shape_ops = True captures "
+    "operators whose output shape depends on data; static shapes (dynamic=False) keep "
+    "sizes Python ints",
+    "host value": "torch._dynamo.config.capture_scalar_outputs = True keeps .item() in the "
+    "graph (fullgraph=True often captures it already)",
     "output call": "move the call out of the compiled code, or log through a module-level "
     "logger GraphMend defers",
 }
@@ -144,7 +147,7 @@ class Report:
         if not self.remaining:
             yield "no graph break remains"
             return
-        yield f"{len(self.remaining)} graph break(s) remain:"
+        yield f"graph breaks remain at {len(self.remaining)} line(s):"
         for entry in self.remaining:
             where = entry.observed
             yield ""
@@ -204,7 +207,7 @@ class _Decider:
         source = static.line(statement)
         verdict, why, hint = self._verdict(observed, static, statement)
         if not hint:
-            hint = _CATEGORY_HINTS.get(observed.category, "")
+            hint = _reason_hint(observed.reason) or _CATEGORY_HINTS.get(observed.category, "")
         return ExplainedBreak(observed, source, verdict, why, hint)
 
     def _verdict(
@@ -312,6 +315,17 @@ def _definitions_around(tree: ast.Module, lineno: int) -> list[ast.stmt]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         and node.lineno <= lineno <= (node.end_lineno or node.lineno)
     ]
+
+
+#: TorchDynamo settings that remove a break, by words of its reason.
+_REASON_HINTS = (
+    ("rnn, gru, or lstm", "torch._dynamo.config.allow_rnn = True lets TorchDynamo trace it"),
+)
+
+
+def _reason_hint(reason: str) -> str:
+    text = reason.lower()
+    return next((hint for words, hint in _REASON_HINTS if words in text), "")
 
 
 def _still_breaks(finding: Finding, observed: ObservedBreak) -> str:

@@ -1,0 +1,254 @@
+"""``graphmend.report`` and ``python -m graphmend report``: each remaining graph break is
+tied to GraphMend's decision at its line, with the reason and the values a failing
+trace-time check saw."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import graphmend
+from graphmend.reporting import Report, Verdict
+from helpers.modules import import_plain, import_rewritten
+from helpers.processes import run_python
+
+PROBE = Path(__file__).parent / "helpers" / "report_probe.py"
+
+MODULE = """
+import torch
+
+import graphmend
+
+
+class Attention(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = Attention()
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = x[:1]
+        else:
+            y = x * 3
+        if x.mean() > 0:
+            z = self.attention(x)
+        else:
+            z = x
+        if torch.isnan(x).any():
+            raise ValueError(f"nan in {x}")
+        return y, z, opted_out(x)
+
+
+@graphmend.do_not_rewrite
+def opted_out(x):
+    if x.max() > 0:
+        x = x + 1
+    return x
+"""
+
+
+def _by_source(report: Report) -> dict[str, object]:
+    return {entry.source: entry for entry in report.remaining}
+
+
+def test_each_remaining_break_has_graphmend_decision_and_reason(tmp_path: Path) -> None:
+    module = import_rewritten(tmp_path, "report_subject", MODULE)
+    report = graphmend.report(module.Model(), torch.ones(2, 4))
+    entries = _by_source(report)
+    assert set(entries) == {
+        "if x.sum() > 0:",
+        "if x.mean() > 0:",
+        "if torch.isnan(x).any():",
+        "if x.max() > 0:",
+    }
+    shapes = entries["if x.sum() > 0:"]
+    assert shapes.verdict is Verdict.FELL_BACK and shapes.observed.category == "branch"
+    assert "float32[1, 4] tensor" in shapes.why and "float32[2, 4] tensor" in shapes.why
+    submodule = entries["if x.mean() > 0:"]
+    assert submodule.verdict is Verdict.FELL_BACK
+    assert "its type Attention is not known to be pure" in submodule.why
+    guard = entries["if torch.isnan(x).any():"]
+    assert guard.verdict is Verdict.FELL_BACK and "the message needs tensor data" in guard.why
+    opted_out = entries["if x.max() > 0:"]
+    assert opted_out.verdict is Verdict.LEFT_ALONE and "do_not_rewrite" in opted_out.why
+    assert all(entry.hint for entry in report.remaining)
+
+
+def test_a_module_not_claimed_is_not_in_scope_and_says_what_would_change(
+    tmp_path: Path,
+) -> None:
+    module = import_plain(tmp_path, "report_unclaimed", MODULE)
+    report = graphmend.report(module.Model(), torch.ones(2, 4))
+    entry = _by_source(report)["if x.sum() > 0:"]
+    assert entry.verdict is Verdict.NOT_IN_SCOPE
+    assert "GraphMend would rewrite this site (predicate)" in entry.why
+    assert "GRAPHMEND_PACKAGES='report_unclaimed'" in entry.hint
+
+
+def test_declined_sites_and_non_candidates_are_told_apart(tmp_path: Path) -> None:
+    source = """
+    import torch
+
+    def forward(x, n):
+        if x.sum() > 0:
+            print("positive")
+            x = x + 1
+        k = n.item()
+        return x * k
+    """
+    module = import_rewritten(tmp_path, "report_declined", source)
+    report = graphmend.report(module.forward, torch.ones(3), torch.tensor(2))
+    entries = _by_source(report)
+    declined = entries["if x.sum() > 0:"]
+    assert declined.verdict is Verdict.DECLINED and declined.why.startswith("predicate: ")
+    host = entries["k = n.item()"]
+    assert host.verdict is Verdict.NOT_A_CANDIDATE and host.observed.category == "host value"
+    assert "capture_scalar_outputs" in host.hint
+
+
+def test_fallbacks_are_logged_with_pid_and_rank(tmp_path: Path) -> None:
+    (tmp_path / "logged.py").write_text(textwrap.dedent(MODULE))
+    script = (
+        "import torch, graphmend\ngraphmend.install(['logged'])\nimport logged\n"
+        "torch.compile(logged.Model(), backend='eager')(torch.ones(2, 4))\n"
+    )
+    child = run_python("-c", script, cwd=tmp_path, env={"GRAPHMEND_LOG": "debug", "RANK": "3"})
+    assert child.returncode == 0, child.stderr
+    lines = [line for line in child.stderr.splitlines() if "runs its original code" in line]
+    assert any(
+        " rank 3]: " in line and "logged.py:18 (forward)" in line and "float32[1, 4]" in line
+        for line in lines
+    ), child.stderr
+
+
+SCRIPT = """
+import torch
+import subject
+
+
+
+def build():
+    return subject.Model(), (torch.ones(2, 4),)
+
+
+if __name__ == "__main__":
+    model = torch.compile(subject.Model(), fullgraph=True)
+    print("result", model(torch.ones(2, 4))[1].shape)
+"""
+
+SUBJECT = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            x = x * 2
+        if x.mean() > 0:
+            y = x[:1]
+        else:
+            y = x
+        return x, y
+"""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    (tmp_path / "subject.py").write_text(textwrap.dedent(SUBJECT))
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(SCRIPT))
+    return path
+
+
+def test_report_command_runs_the_script_and_compares_without_graphmend(script: Path) -> None:
+    child = run_python(
+        "-m",
+        "graphmend",
+        "report",
+        "--compare",
+        "--json",
+        "-p",
+        "subject",
+        str(script),
+        cwd=script.parent,
+    )
+    assert child.returncode == 0, child.stderr
+    assert "result torch.Size([1, 4])" in child.stdout  # the script ran, eagerly
+    (model,) = json.loads(child.stdout[child.stdout.index("\n[") :])
+    assert model["model"] == "Model"
+    assert model["without_graphmend"]["graphs"] > model["graphs"]
+    assert [entry["lineno"] for entry in model["removed"]] == [7]
+    (remaining,) = model["breaks"]
+    assert remaining["lineno"] == 9 and remaining["decision"] == "fell back while tracing"
+
+
+def test_report_command_calls_a_named_function(script: Path) -> None:
+    child = run_python(
+        "-m", "graphmend", "report", "-p", "subject", f"{script}:build", cwd=script.parent
+    )
+    assert child.returncode == 0, child.stderr
+    assert "result torch" not in child.stdout  # the script's body ran as a module: no __main__ code
+    assert "subject.py:9 in forward: if x.mean() > 0:" in child.stdout
+    assert "graphmend: fell back while tracing: predicate: result 1:" in child.stdout
+
+
+def test_report_command_names_a_missing_function(script: Path) -> None:
+    child = run_python("-m", "graphmend", "report", f"{script}:nothing", cwd=script.parent)
+    assert child.returncode == 2
+    assert "defines no function 'nothing'" in child.stderr
+
+
+#: Census models and the bundled remote-code model: the decision at each line where a
+#: break remains (source line → decision); a model with none compiles as one graph.
+REAL_MODELS = {
+    "xlm_length_assert": {},
+    "tiny_remote_model": {},
+    "led_global_attention": {
+        "is_global_attn = is_index_global_attn.flatten().any().item()": "not a candidate",
+    },
+    "encodec_padding": {
+        "if length <= max_pad:": "not a candidate",
+        "hidden_states = self.lstm(hidden_states)[0] + hidden_states": "not a candidate",
+    },
+    "fastspeech2_conformer_model": {
+        "hidden_states = torch.zeros(": "not a candidate",
+        "repeated = torch.repeat_interleave(encoded_embedding, target_duration, dim=0)": (
+            "not a candidate"
+        ),
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def real_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    scratch = tmp_path_factory.mktemp("report")
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(scratch / "hf_modules"),
+        "GRAPHMEND_CACHE_DIR": str(scratch / "cache"),
+    }
+    child = run_python(str(PROBE), *REAL_MODELS, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", REAL_MODELS)
+def test_real_models_every_remaining_break_is_explained(real_reports, case) -> None:
+    report = real_reports[case]
+    decisions = {entry["source"]: entry["decision"] for entry in report["breaks"]}
+    for source, decision in REAL_MODELS[case].items():
+        assert decisions.get(source) == decision, report["breaks"]
+    for entry in report["breaks"]:
+        assert entry["decision"] in {verdict.value for verdict in Verdict}
+        assert entry["why"] and entry["category"] and entry["source"], entry
+    if not REAL_MODELS[case]:
+        assert report["graphs"] == 1 and not report["breaks"]
