@@ -15,7 +15,7 @@ import transformers
 from packaging.version import Version
 
 from helpers.model_probe import FAILING_INPUTS
-from helpers.processes import run_python
+from helpers.processes import offline_model_environment, run_python
 
 PROBE = Path(__file__).parent / "helpers" / "model_probe.py"
 TRANSFORMERS_4 = Version(transformers.__version__).major == 4
@@ -66,11 +66,7 @@ if TRANSFORMERS_4:
 @pytest.fixture(scope="session")
 def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     scratch = tmp_path_factory.mktemp("probe")
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": str(scratch / "hf_modules"),
-        "GRAPHMEND_CACHE_DIR": str(scratch / "cache"),
-    }
+    env = offline_model_environment(scratch)
     results = {}
     for arm in ("plain", "graphmend"):
         child = run_python(str(PROBE), arm, *CASES, env=env)

@@ -14,7 +14,7 @@ import torch
 import graphmend
 from graphmend.reporting import Report, Verdict
 from helpers.modules import import_plain, import_rewritten
-from helpers.processes import run_python
+from helpers.processes import offline_model_environment, run_python
 
 PROBE = Path(__file__).parent / "helpers" / "report_probe.py"
 
@@ -231,11 +231,7 @@ REAL_MODELS = {
 @pytest.fixture(scope="module")
 def real_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     scratch = tmp_path_factory.mktemp("report")
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": str(scratch / "hf_modules"),
-        "GRAPHMEND_CACHE_DIR": str(scratch / "cache"),
-    }
+    env = offline_model_environment(scratch)
     child = run_python(str(PROBE), *REAL_MODELS, env=env)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])

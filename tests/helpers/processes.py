@@ -20,3 +20,13 @@ def run_python(
         text=True,
         timeout=timeout,
     )
+
+
+def offline_model_environment(scratch: Path) -> dict[str, str]:
+    """For a child that builds transformers models: offline, its own dynamic-module
+    cache (``trust_remote_code``) and GraphMend cache under ``scratch``."""
+    return {
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(scratch / "hf_modules"),
+        "GRAPHMEND_CACHE_DIR": str(scratch / "cache"),
+    }
