@@ -297,6 +297,26 @@ def test_real_transformers_module(capsys):
     assert was_imported or BART not in sys.modules
 
 
+def test_real_transformers_python_conditions_are_not_sites(capsys):
+    # Found on both transformers versions by listing every rewritten site's condition:
+    # flags imported relatively, string tests, dict reads, is_contiguous() were rewritten.
+    python_valued = re.compile(
+        r"is_torchdynamo_compiling\(\)|is_\w+_available\(\)|\.startswith\(|kwargs\.get\("
+        r"|\.is_contiguous\(\)"
+    )
+    modules = [f"transformers.models.{name}" for name in ("bark", "prophetnet", "seamless_m4t")]
+    status, out, _ = _run(capsys, "explain", "--json", *modules, BART, "!*.configuration_*")
+    assert status == 0
+    records = json.loads(out)
+    assert {r["rewrite"] for r in records} >= {"predicate", "defer"}
+    sites = [
+        f"{r['module']}:{r['lineno']}: {r['source']}"
+        for r in records
+        if r["rewrite"] != "defer" and python_valued.search(r["source"])
+    ]
+    assert sites == []
+
+
 def test_real_transformers_glob(capsys):
     status, out, _ = _run(capsys, "explain", "transformers.models.*.modeling_bart*")
     assert status == 0
