@@ -133,6 +133,47 @@ def test_explain_lists_every_site_with_its_decision(write_module, capsys):
     assert name not in sys.modules
 
 
+BUILT_THEN_TRACED = """
+import torch
+
+class Block(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        if scale.sum() > 0:
+            scale = scale * 2
+        print("built with", scale)
+
+        def hook(module, args):
+            print("hook", args)
+
+        self.register_forward_pre_hook(hook)
+
+    def __init_subclass__(cls, scale=None):
+        print("subclass", scale)
+
+    def forward(self, x):
+        y = x.sum() if isinstance(x, torch.Tensor) else x
+        print("forward", y)
+        return y
+"""
+
+
+def test_code_run_only_while_building_is_not_listed_and_help_says_so(write_module, capsys):
+    name = write_module(BUILT_THEN_TRACED)
+    status, out, _ = _run(capsys, "explain", name)
+    assert status == 0
+    sites = [line.split(": in ")[1] for line in out.splitlines() if line.startswith("  ")]
+    assert [site.split(":")[0] for site in sites] == [
+        "Block.__init__.<locals>.hook",
+        "Block.forward",
+    ]
+    with pytest.raises(SystemExit):
+        main(["explain", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "neither is code in a class's __init__ or __init_subclass__" in help_text
+    assert "conditions on Python values (flags, isinstance(), shapes, dtypes" in help_text
+
+
 def test_declined_only_hides_rewritten_sites_but_keeps_the_counts(write_module, capsys):
     name = write_module(MODULE)
     status, out, _ = _run(capsys, "explain", "--declined-only", name)
