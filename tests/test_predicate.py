@@ -449,6 +449,7 @@ def test_type_checks_of_tensor_values_are_not_candidates():
         "if not h.is_contiguous():\n        h = h.contiguous()",
         "if heads.count(None) == len(heads):\n        h = h * 2",
         "if math.prod(h.shape) > 8:\n        h = h * 2",
+        "if any(m is None for m in heads) or all([m is h for m in heads]):\n        h = h * 2",
         # locals computed from Python values of tensors: len, an identity test
         "n = len(h)\n    if n > 2:\n        h = h * 2",
         "crossed = attention_mask is not None\n    h = attention_mask if crossed else h",
@@ -475,6 +476,8 @@ def f(x, attention_mask, key, mode, heads, **kwargs):
         "if kwargs.get('scale', h).sum() > 0:\n        h = h * 2",
         "if stats.get('mean') > 0:\n        h = h * 2",
         "if math.sqrt(h.sum()) > 1:\n        h = h * 2",
+        "if any(m > 0 for m in h):\n        h = h * 2",
+        "if any(h > 0):\n        h = h * 2",
         "if key.startswith('text_') and h.sum() > 0:\n        h = h * 2",
         "n = len(h) + h.sum()\n    if n > 2:\n        h = h * 2",
     ],

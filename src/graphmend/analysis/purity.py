@@ -135,8 +135,9 @@ def _called_name(func: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.A
 def _is_python_value(expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> bool:
     """Whether ``expr`` is a Python value at trace time whatever the names in it hold:
     metadata (``x.shape``, ``x.size()``), an identity test (``m is None``), a type check
-    (``isinstance``, ``len``...), a flag (``is_torchdynamo_compiling()``) or a string test
-    (``key.startswith("text_")``, ``"batch" in mode``)."""
+    (``isinstance``, ``len``...), a flag (``is_torchdynamo_compiling()``), a string test
+    (``key.startswith("text_")``, ``"batch" in mode``), or ``any``/``all`` of such values
+    (``any(m is None for m in masks)``)."""
     if isinstance(expr, ast.Attribute):
         return expr.attr in _METADATA_ATTRIBUTES
     if isinstance(expr, ast.Compare):
@@ -153,6 +154,11 @@ def _is_python_value(expr: ast.expr, scopes: ModuleScopes, functions: Sequence[a
         ):
             return True
         name = _called_name(expr.func, scopes, functions)
+        if name in ("builtins.any", "builtins.all") and len(expr.args) == 1:
+            (values,) = expr.args
+            return isinstance(values, ast.GeneratorExp | ast.ListComp) and _is_python_value(
+                values.elt, scopes, functions
+            )
         return _python_valued(name) or name in _PYTHON_VALUED_BUILTINS
     return False
 
