@@ -31,7 +31,7 @@ FLOOR_TESTS := tests/test_torch_support.py tests/test_trap.py tests/test_defer.p
 # rest exercise GraphMend on code of their own and run once, in .venv).
 TF4_TESTS := tests/test_analysis.py tests/test_defer.py tests/test_explain.py \
 	tests/test_real_models.py tests/test_remote_corpus.py tests/test_settings.py \
-	tests/test_torch_support.py tests/test_hook.py
+	tests/test_torch_support.py tests/test_hook.py tests/test_diff_display.py
 SETUP_INPUTS := pyproject.toml src/graphmend_hook.py src/graphmend_hook.pth
 
 .PHONY: demo test test-latest test-tf4 test-floor lint format clean

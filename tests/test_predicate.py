@@ -438,6 +438,65 @@ def test_type_checks_of_tensor_values_are_not_candidates():
     )
 
 
+@pytest.mark.parametrize(
+    "site",
+    [
+        # transformers: `from ...utils import is_torchdynamo_compiling`, a flag read relatively
+        "if attention_mask is None and not is_torchdynamo_compiling():\n        h = h * 2",
+        "if key.startswith('text_'):\n        h = h * 2",
+        "if 'batch' in mode.lower():\n        h = h * 2",
+        "if kwargs.get('use_cache', True):\n        h = h * 2",
+        "if not h.is_contiguous():\n        h = h.contiguous()",
+        "if heads.count(None) == len(heads):\n        h = h * 2",
+        "if math.prod(h.shape) > 8:\n        h = h * 2",
+        "if any(m is None for m in heads) or all([m is h for m in heads]):\n        h = h * 2",
+        # locals computed from Python values of tensors: len, an identity test
+        "n = len(h)\n    if n > 2:\n        h = h * 2",
+        "crossed = attention_mask is not None\n    h = attention_mask if crossed else h",
+    ],
+)
+def test_python_values_of_any_origin_are_not_candidates(site):
+    source = f"""
+import math
+import torch
+from ...utils import is_torchdynamo_compiling
+
+def f(x, attention_mask, key, mode, heads, **kwargs):
+    h = torch.relu(x)
+    attention_mask = torch.ones_like(h)
+    {site}
+    return h
+"""
+    assert _findings(source) == ()
+
+
+@pytest.mark.parametrize(
+    "site",
+    [
+        "if kwargs.get('scale', h).sum() > 0:\n        h = h * 2",
+        "if stats.get('mean') > 0:\n        h = h * 2",
+        "if math.sqrt(h.sum()) > 1:\n        h = h * 2",
+        "if any(m > 0 for m in h):\n        h = h * 2",
+        "if any(h > 0):\n        h = h * 2",
+        "if key.startswith('text_') and h.sum() > 0:\n        h = h * 2",
+        "n = len(h) + h.sum()\n    if n > 2:\n        h = h * 2",
+    ],
+)
+def test_tensor_data_next_to_python_values_is_still_a_candidate(site):
+    source = f"""
+import math
+import torch
+
+def f(x, key, **kwargs):
+    h = torch.relu(x)
+    stats = {{"mean": h.mean()}}
+    {site}
+    return h
+"""
+    (finding,) = _findings(source)
+    assert finding.rewrite == "predicate"
+
+
 def test_methods_that_build_objects_are_left_alone_but_not_what_they_define():
     source = """
         import torch

@@ -128,6 +128,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "explain",
         parents=[_targets_parser()],
         help="list every candidate site of some modules and what was decided, without importing",
+        description="List every candidate site of some modules and what was decided. A "
+        "candidate site is a statement whose condition may need tensor data, in a function "
+        "TorchDynamo may trace: conditions on Python values (flags, isinstance(), shapes, "
+        "dtypes, kwargs.get(...)) are not listed, and neither is code in a class's __init__ "
+        "or __init_subclass__, which runs when the model is built, before torch.compile "
+        "traces it (the functions defined in them are listed).",
         epilog=_TARGETS_EPILOG,
     )
     explain.add_argument(

@@ -1,9 +1,15 @@
 """``python -m graphmend diff``: what the rewrites change, function by function.
 
 Both sides are printed with ``ast.unparse`` (the original from a fresh parse),
-so only the rewrites show, not formatting.  A diff covers each function
-holding a rewritten site, plus one hunk for the module-level code GraphMend
-injects (the runtime import and the generated helper functions).
+so only the rewrites show, not formatting; the generated names read as Python
+(``graphmend_cond1``, ``graphmend.runtime.branch(...)``: see :mod:`graphmend.display`).
+A diff covers each function holding a rewritten site, plus one hunk for the
+module-level code GraphMend injects after the module's torch import (the
+runtime import and the generated helper functions).  The two statements it
+puts first in every rewritten module (the tracing check bound to ``bool``
+until the runtime is imported, and a ``__dir__`` hiding the injected names)
+are the same everywhere and touch no function of the module: the text output
+names them in one line instead of showing them.
 """
 
 from __future__ import annotations
@@ -14,12 +20,17 @@ import json
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass
 
+from graphmend.display import Display
 from graphmend.explain import Batch, ModuleReport
 from graphmend.pipeline import parse
 from graphmend.rewrites.common import RUNTIME, is_generated
 
 MODULE_LEVEL = "<module>"
-MODULE_TOP = "<module top>"
+#: The line the text output prints, once per rewritten module, for what it leaves out.
+TOP_NOTE = (
+    "# {label}: GraphMend also puts first in the module a __dir__ that hides its names"
+    " and a tracing check that is False until the runtime import (not shown)"
+)
 
 _Definition = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -37,10 +48,11 @@ class FunctionDiff:
 
     def unified(self, context: int) -> list[str]:
         """The unified diff, its headers naming the file, the function and its line."""
-        where = {
-            MODULE_LEVEL: f"module level, after line {self.lineno}",
-            MODULE_TOP: "module level, first statement",
-        }.get(self.function, f"{self.function}, line {self.lineno}")
+        where = (
+            f"module level, after line {self.lineno}"
+            if self.function == MODULE_LEVEL
+            else f"{self.function}, line {self.lineno}"
+        )
         return list(
             difflib.unified_diff(
                 self.original.splitlines(),
@@ -60,8 +72,9 @@ def module_diffs(report: ModuleReport) -> list[FunctionDiff]:
     if not report.result.changed:
         return []
     original = parse(report.source, str(report.path))
+    display = Display(original)
     rewritten_defs = _definitions(report.result.tree)
-    diffs = _injected(report)
+    diffs = [_injected(report, display)]
     for key, node in _changed_functions(report, original):
         diffs.append(
             FunctionDiff(
@@ -70,7 +83,7 @@ def module_diffs(report: ModuleReport) -> list[FunctionDiff]:
                 key[0],
                 key[1],
                 ast.unparse(node),
-                ast.unparse(rewritten_defs[key]),
+                display.render([rewritten_defs[key]]),
             )
         )
     return diffs
@@ -119,26 +132,20 @@ def _contains(outer: ast.stmt, inner: ast.stmt) -> bool:
     return _spans(outer, inner.lineno) and _spans(outer, inner.end_lineno or inner.lineno)
 
 
-def _injected(report: ModuleReport) -> list[FunctionDiff]:
-    """The code GraphMend adds at module level: at the top, the tracing check bound first
-    (``_@gm_tracing = bool``) and the ``__dir__`` that hides the injected names; after the
-    module's torch import, the runtime and the generated functions."""
-    tree = report.result.tree
-    block, index = _runtime_import(tree)
+def _injected(report: ModuleReport, display: Display) -> FunctionDiff:
+    """The code GraphMend adds after the module's torch import: the runtime and the
+    generated functions."""
+    block, index = _runtime_import(report.result.tree)
     anchor = block[index - 1]
     anchor_text = ast.unparse(anchor)
-    top = _generated_run(tree.body, _first_generated(tree.body))
-    return [
-        FunctionDiff(report.name, str(report.path), MODULE_TOP, top[0].lineno, "", _unparse(top)),
-        FunctionDiff(
-            report.name,
-            str(report.path),
-            MODULE_LEVEL,
-            anchor.lineno,
-            anchor_text,
-            "\n".join([anchor_text, _unparse(_generated_run(block, index))]),
-        ),
-    ]
+    return FunctionDiff(
+        report.name,
+        str(report.path),
+        MODULE_LEVEL,
+        anchor.lineno,
+        anchor_text,
+        "\n".join([anchor_text, display.render(_generated_run(block, index))]),
+    )
 
 
 def _generated_run(block: list[ast.stmt], start: int) -> list[ast.stmt]:
@@ -149,10 +156,6 @@ def _generated_run(block: list[ast.stmt], start: int) -> list[ast.stmt]:
             break
         run.append(statement)
     return run
-
-
-def _unparse(statements: list[ast.stmt]) -> str:
-    return "\n".join(ast.unparse(statement) for statement in statements)
 
 
 def _runtime_import(tree: ast.Module) -> tuple[list[ast.stmt], int]:
@@ -172,10 +175,6 @@ def _runtime_import(tree: ast.Module) -> tuple[list[ast.stmt], int]:
     raise ValueError("no runtime import in a rewritten module")
 
 
-def _first_generated(body: list[ast.stmt]) -> int:
-    return next(index for index, statement in enumerate(body) if is_generated(statement))
-
-
 def diff(
     targets: Iterable[str], rewrites: Collection[str], *, as_json: bool = False, context: int = 3
 ) -> int:
@@ -192,6 +191,7 @@ def diff(
             note = f" ({declined} declined; see 'explain')" if declined else ""
             print(f"{report.label}: no rewritten sites{note}")
             continue
+        print(TOP_NOTE.format(label=report.label))
         for function_diff in diffs:
             print("\n".join(function_diff.unified(context)))
     return batch.status

@@ -65,8 +65,15 @@ HOST_CONVERSION_BUILTINS = frozenset({"float", "int", "bool"})
 _HOST_CONVERSION_NAMES = frozenset(f"builtins.{name}" for name in HOST_CONVERSION_BUILTINS)
 
 #: Calls whose result is metadata known at trace time, never tensor data.
-_METADATA_METHODS = frozenset({"size", "dim", "numel", "is_floating_point", "element_size"})
+_METADATA_METHODS = frozenset(
+    {"size", "dim", "numel", "is_floating_point", "element_size", "is_contiguous"}
+)
 _METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})
+#: Methods of strings and sequences, which no tensor has: ``key.startswith("text_")``.
+_PYTHON_VALUED_METHODS = frozenset({"startswith", "endswith", "count"})
+#: Modules whose functions compute a Python value from their arguments, so that they read
+#: tensor data only where an argument does (``math.prod(x.shape)``, ``re.match(p, name)``).
+_READ_THROUGH_MODULES = ("math.", "re.")
 #: Builtins whose result is a Python value whatever their arguments hold.
 _PYTHON_VALUED_BUILTINS = frozenset(
     f"builtins.{name}"
@@ -114,6 +121,58 @@ def _python_valued(name: str | None) -> bool:
     return name is not None and name.rsplit(".", 1)[-1].startswith("is_")
 
 
+def _called_name(func: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> str | None:
+    """The qualified name of a callee, or for a name imported relatively (``from ...utils
+    import is_torchdynamo_compiling``) the dotted name it imports."""
+    name = qualified_name(func, scopes, functions)
+    if name is None and isinstance(func, ast.Name):
+        binding = scopes.sole_global_binding(func.id, functions)
+        if binding is not None and binding.kind is BindingKind.IMPORT_FROM:
+            return binding.imported
+    return name
+
+
+def _is_python_value(expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> bool:
+    """Whether ``expr`` is a Python value at trace time whatever the names in it hold:
+    metadata (``x.shape``, ``x.size()``), an identity test (``m is None``), a type check
+    (``isinstance``, ``len``...), a flag (``is_torchdynamo_compiling()``), a string test
+    (``key.startswith("text_")``, ``"batch" in mode``), or ``any``/``all`` of such values
+    (``any(m is None for m in masks)``)."""
+    if isinstance(expr, ast.Attribute):
+        return expr.attr in _METADATA_ATTRIBUTES
+    if isinstance(expr, ast.Compare):
+        identity = all(isinstance(op, ast.Is | ast.IsNot) for op in expr.ops)
+        substring = (
+            isinstance(expr.left, ast.Constant)
+            and isinstance(expr.left.value, str)
+            and all(isinstance(op, ast.In | ast.NotIn) for op in expr.ops)
+        )
+        return identity or substring
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and (
+            expr.func.attr in _METADATA_METHODS or expr.func.attr in _PYTHON_VALUED_METHODS
+        ):
+            return True
+        name = _called_name(expr.func, scopes, functions)
+        if name in ("builtins.any", "builtins.all") and len(expr.args) == 1:
+            (values,) = expr.args
+            return isinstance(values, ast.GeneratorExp | ast.ListComp) and _is_python_value(
+                values.elt, scopes, functions
+            )
+        return _python_valued(name) or name in _PYTHON_VALUED_BUILTINS
+    return False
+
+
+def _reads_through(call: ast.Call, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> bool:
+    """``getattr(o, "a")``, ``kwargs.get("a")``, ``math.prod(x.shape)``: the value is what
+    ``o`` or the mapping holds, or computed from the arguments, so it may hold tensor data
+    only where they may."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "get":
+        return True
+    name = qualified_name(call.func, scopes, functions) or ""
+    return name == "builtins.getattr" or name.startswith(_READ_THROUGH_MODULES)
+
+
 def may_hold_tensor_data(
     expr: ast.expr,
     scopes: ModuleScopes,
@@ -122,27 +181,20 @@ def may_hold_tensor_data(
 ) -> bool:
     """Whether evaluating ``expr`` as a condition may need tensor data.
 
-    True when it calls something other than metadata queries (``isinstance``,
-    ``len``, ``x.size()``, ``x.dim()``...): a reduction, a comparison helper,
-    a host read such as ``.item()``; or when it uses one of ``tensor_names``
-    (locals computed from such calls) other than for its metadata.  Conditions
-    on names, attributes, shapes and dtypes alone are Python values at trace
-    time and never break a graph.
+    True when it calls something other than a query whose value is Python at
+    trace time (metadata, type checks, flags, string tests: see
+    :func:`_is_python_value`): a reduction, a comparison helper, a host read
+    such as ``.item()``; or when it uses one of ``tensor_names`` (locals
+    computed from such calls) other than for its metadata.  Conditions on
+    names, attributes, shapes and dtypes alone are Python values at trace time
+    and never break a graph.
     """
-    if isinstance(expr, ast.Attribute) and expr.attr in _METADATA_ATTRIBUTES:
+    if _is_python_value(expr, scopes, functions):
         return False
-    if isinstance(expr, ast.Compare) and all(isinstance(op, ast.Is | ast.IsNot) for op in expr.ops):
-        return False  # identity never looks at tensor data
     if isinstance(expr, ast.Name):
         return expr.id in tensor_names
-    if isinstance(expr, ast.Call):
-        if isinstance(expr.func, ast.Attribute) and expr.func.attr in _METADATA_METHODS:
-            return False
-        name = qualified_name(expr.func, scopes, functions)
-        if _python_valued(name) or name in _PYTHON_VALUED_BUILTINS:
-            return False
-        if name != "builtins.getattr":  # getattr's value is whatever the attribute holds
-            return True
+    if isinstance(expr, ast.Call) and not _reads_through(expr, scopes, functions):
+        return True
     return any(
         may_hold_tensor_data(child, scopes, functions, tensor_names)
         for child in ast.iter_child_nodes(expr)
@@ -154,15 +206,13 @@ def _may_produce_tensor(
     expr: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST], names: frozenset[str]
 ) -> bool:
     """Whether ``expr`` is computed by a torch function or tensor method, or from such a local
-    (other than through its metadata)."""
-    if isinstance(expr, ast.Attribute) and expr.attr in _METADATA_ATTRIBUTES:
+    (other than through its metadata or another Python value)."""
+    if _is_python_value(expr, scopes, functions):
         return False
     if isinstance(expr, ast.Name):
         return expr.id in names
     if isinstance(expr, ast.Call):
         func = expr.func
-        if isinstance(func, ast.Attribute) and func.attr in _METADATA_METHODS:
-            return False
         if isinstance(func, ast.Attribute) and func.attr in PURE_TENSOR_METHODS:
             return True
         name = qualified_name(func, scopes, functions)
