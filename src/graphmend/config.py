@@ -44,7 +44,7 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 )
 
 #: The rewrites GraphMend knows, in the order the pipeline applies them.
-ALL_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer")
+ALL_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer", "continuation")
 
 #: The values of a switch such as ``GRAPHMEND`` or ``GRAPHMEND_CACHE`` (any case).
 ON_WORDS: tuple[str, ...] = ("1", "true", "yes", "on")

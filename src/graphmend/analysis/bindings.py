@@ -149,7 +149,7 @@ def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     if any(_reads_enclosing(inner, name) for inner in _nested_scopes(function)):
         return True
     continuation = _continuation(function, site)
-    return continuation is None or _read_before_written(continuation, name)
+    return continuation is None or read_before_written(continuation, name)
 
 
 def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
@@ -231,6 +231,11 @@ def _reads_enclosing(scope: ast.AST, name: str) -> bool:
     }
     body = [scope.body] if isinstance(scope, ast.Lambda) else scope.body
     return name not in parameters and name not in _bound_in_own_scope(body)
+
+
+def local_names(function: FunctionNode) -> frozenset[str]:
+    """The names local to ``function``: its parameters and what its own body binds."""
+    return parameter_names(function) | _bound_in_own_scope(list(function.body))
 
 
 def _bound_in_own_scope(nodes: list[ast.AST]) -> frozenset[str]:
@@ -334,12 +339,14 @@ def _reads(statement: ast.stmt, name: str) -> bool:
     return isinstance(statement, ast.AugAssign) and name in stored_names(statement.target)
 
 
-def _read_before_written(statements: list[ast.stmt], name: str) -> bool:
+def read_before_written(statements: list[ast.stmt], name: str) -> bool:
+    """Whether running ``statements`` may read ``name`` before assigning it (loops, ``with``
+    and ``try`` count any read)."""
     for statement in statements:
         if isinstance(statement, ast.If):
             if name in names_read(statement.test):
                 return True
-            if _read_before_written(statement.body, name) or _read_before_written(
+            if read_before_written(statement.body, name) or read_before_written(
                 statement.orelse, name
             ):
                 return True

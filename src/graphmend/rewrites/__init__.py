@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from graphmend.rewrites.common import FunctionStatementRewriter
+import ast
+from typing import ClassVar, Protocol
+
+from graphmend.rewrites.common import ModuleContext
+from graphmend.rewrites.continuation import ContinuationRewrite
 from graphmend.rewrites.defer import DeferRewrite
 from graphmend.rewrites.predicate import PredicateRewrite
 from graphmend.rewrites.trap import TrapRewrite
 
+
+class Rewrite(Protocol):
+    """A rewrite: made for one module, run once over its tree (in place)."""
+
+    name: ClassVar[str]
+
+    def __init__(self, module: ModuleContext) -> None: ...
+
+    def run(self, tree: ast.Module) -> None: ...
+
+
 # Predication first: its branches are side-effect free, so it never hides a
-# guard or an output call from the rewrites after it.
-REWRITES: dict[str, type[FunctionStatementRewriter]] = {
+# guard or an output call from the rewrites after it.  Continuation last: it
+# copies the rest of a function as the others left it.
+REWRITES: dict[str, type[Rewrite]] = {
     PredicateRewrite.name: PredicateRewrite,
     TrapRewrite.name: TrapRewrite,
     DeferRewrite.name: DeferRewrite,
+    ContinuationRewrite.name: ContinuationRewrite,
 }

@@ -25,6 +25,7 @@ TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
 _GENERATED = "_graphmend_generated"
 _NEVER_TRACED = frozenset({"__init__", "__init_subclass__"})
 _LEFT_ALONE = "_graphmend_left_alone"
+_CONTINUABLE = "_graphmend_continuable"
 
 
 class Decline(Exception):
@@ -40,6 +41,29 @@ def mark_generated(node: ast.AST) -> ast.AST:
 def is_generated(node: ast.AST) -> bool:
     """Whether ``node`` was made by a rewrite (and so is not a candidate site)."""
     return getattr(node, _GENERATED, False)
+
+
+def is_left_alone(node: ast.AST) -> bool:
+    """Whether a directive flagged ``node`` (:func:`leave_alone`)."""
+    return getattr(node, _LEFT_ALONE, False)
+
+
+def never_traced(method: str) -> bool:
+    """Whether a method of this name only builds an object (``__init__``,
+    ``__init_subclass__``): models are built before ``torch.compile`` traces them."""
+    return method in _NEVER_TRACED
+
+
+def mark_continuable(fallback: ast.If, condition: str) -> ast.If:
+    """Flag the ``if`` a predicated site falls back to while tracing (its test the name
+    ``condition``): continuation predication may try ``torch.cond`` before it."""
+    setattr(fallback, _CONTINUABLE, condition)
+    return fallback
+
+
+def continuable_condition(node: ast.AST) -> str | None:
+    """The condition's name, if ``node`` is a fallback :func:`mark_continuable` flagged."""
+    return getattr(node, _CONTINUABLE, None)
 
 
 def leave_alone(node: ast.FunctionDef | ast.ClassDef) -> None:
@@ -301,7 +325,7 @@ class FunctionStatementRewriter:
                 if merged is not None:
                     rewritten.extend(merged)
                     break
-            if getattr(statement, _LEFT_ALONE, False):
+            if is_left_alone(statement):
                 rewritten.append(statement)
             elif isinstance(statement, ast.FunctionDef | ast.ClassDef):
                 function = statement if isinstance(statement, ast.FunctionDef) else None
@@ -326,7 +350,7 @@ class FunctionStatementRewriter:
         """A method that builds an object (``__init__``, ``__init_subclass__``): models are
         built before ``torch.compile`` traces them, so nothing there is a candidate site."""
         in_class = bool(self._scopes) and self._scopes[-1][1] is None
-        return in_class and function.name in _NEVER_TRACED
+        return in_class and never_traced(function.name)
 
     def _rewrite_in_function(self, statement: ast.stmt) -> list[ast.stmt]:
         """Rewrite a statement, then what it holds (outer sites first)."""

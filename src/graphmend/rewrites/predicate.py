@@ -57,6 +57,7 @@ from graphmend.rewrites.common import (
     load,
     locate,
     make_function,
+    mark_continuable,
     runtime_call,
     store,
 )
@@ -365,10 +366,13 @@ class _Site:
         merged = ast.Compare(
             left=load(merged_name), ops=[ast.IsNot()], comparators=[ast.Constant(None)]
         )
-        fallback = ast.If(
-            test=load(condition_name),
-            body=copy.deepcopy(self.then_arm) or [ast.Pass()],
-            orelse=copy.deepcopy(self.else_arm),
+        fallback = mark_continuable(
+            ast.If(
+                test=load(condition_name),
+                body=copy.deepcopy(self.then_arm) or [ast.Pass()],
+                orelse=copy.deepcopy(self.else_arm),
+            ),
+            condition_name,
         )
         return [ast.If(test=merged, body=self._unpack(merged_name), orelse=[fallback])]
 

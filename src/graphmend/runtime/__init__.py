@@ -19,6 +19,7 @@ from graphmend.runtime.conditions import (
     logical_or,
     not_,
 )
+from graphmend.runtime.continuation import continuation
 from graphmend.runtime.deferral import capture, deferred, rebuild, render
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
 from graphmend.runtime.selection import assign_item, branch, store_target
@@ -35,6 +36,7 @@ __all__ = [
     "branch",
     "capture",
     "compare",
+    "continuation",
     "deferred",
     "equal",
     "exact_text",

@@ -76,7 +76,11 @@ def _record(context: Any) -> None:
     rewrite = context.get_local("rewrite").as_python_constant()
     template = context.get_local("template").as_python_constant()
     values = context.get_local("values")._i_will_not_complain_if_bc_breaks_VariableTracker()
-    reason = template.format(*(describe(value) for value in values.items))
+    record_at(context, rewrite, template.format(*(describe(value) for value in values.items)))
+
+
+def record_at(context: Any, rewrite: str, reason: str) -> None:
+    """Record a fallback at the user's line being traced (from a ``comptime`` hook)."""
     tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
     while tracer is not None and os.path.dirname(tracer.f_code.co_filename) == _RUNTIME_DIR:
         tracer = getattr(tracer, "parent", None)

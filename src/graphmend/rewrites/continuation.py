@@ -1,0 +1,286 @@
+"""Continuation predication: the rest of a function folded into both branches of an ``if``.
+
+T1 (:mod:`graphmend.rewrites.predicate`) merges the values an ``if``'s branches
+produce; where they cannot be merged (``None`` against a tensor, different
+shapes, a branch calling code whose purity is unknown) its site falls back to
+the original ``if`` while tracing, and TorchDynamo breaks the graph there.  This
+rewrite runs after the others and, for the first such site among a function's
+top-level statements, tries one more thing before that fallback::
+
+    def then_k(<locals read>):        def else_k(<locals read>):
+        <then branch>                     <else branch>
+        <rest of the function>            <rest of the function>
+    merged = continuation(cond, then_k, (...), else_k, (...))
+    if merged is not None:
+        return merged[0]
+    <the fallback if, as before>
+
+so that ``torch.cond`` chooses the function's result: only the taken branch
+runs, made of the original statements (already rewritten by the other
+rewrites), so the result is the original one by construction.  Every ``return``
+in the copies returns a 1-tuple.  Whether ``torch.cond`` can capture the
+branches is found out while tracing (:mod:`graphmend.runtime.continuation`);
+statically the site is declined where the copies could not run as the original
+does: a generator, ``global``/``nonlocal``, zero-argument ``super()``,
+``locals()``, a local read that may be unbound at the ``if``, and the bound on
+duplication below.
+
+Duplication: one site per function, the rest of the function at most
+:data:`MAX_STATEMENTS` statements; the copies are made after the other rewrites,
+so a site inside the rest is not folded again (no nesting).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Iterator
+
+from graphmend.analysis.bindings import (
+    bound_before,
+    local_names,
+    parameter_names,
+    read_before_written,
+)
+from graphmend.findings import Decision, Finding, site_source
+from graphmend.rewrites.common import (
+    TRACING,
+    Decline,
+    ModuleContext,
+    continuable_condition,
+    is_generated,
+    is_left_alone,
+    load,
+    locate,
+    make_function,
+    mark_generated,
+    never_traced,
+    runtime_call,
+    store,
+)
+
+#: The most statements the rest of a function may hold to be copied into both branches.
+MAX_STATEMENTS = 200
+
+_FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval", "dir"})
+
+
+class ContinuationRewrite:
+    """Folds the rest of a function into both branches of a predicated site."""
+
+    name = "continuation"
+
+    def __init__(self, module: ModuleContext) -> None:
+        self.module = module
+
+    def run(self, tree: ast.Module) -> None:
+        """Rewrite the first continuable site of every function, recording a finding."""
+        for function, qualname in _functions(tree.body, ""):
+            self._rewrite(function, qualname)
+
+    def _rewrite(self, function: ast.FunctionDef, qualname: str) -> None:
+        for index, statement in enumerate(function.body):
+            located = _fallback_of(statement)
+            if located is None:
+                continue
+            holder, fallback, condition = located
+            rest = function.body[index + 1 :]
+            try:
+                replacement = self._continued(function, statement, fallback, condition, rest)
+            except Decline as reason:
+                self._record(statement, qualname, Decision.DECLINED, str(reason))
+            else:
+                holder.orelse = replacement
+                size = _statement_count(rest)
+                self._record(
+                    statement,
+                    qualname,
+                    Decision.REWRITTEN,
+                    f"the rest of the function ({size} statements) runs in both branches, "
+                    "under torch.cond, where the branches' values cannot be merged",
+                )
+            return
+
+    def _continued(
+        self,
+        function: ast.FunctionDef,
+        site: ast.stmt,
+        fallback: ast.If,
+        condition: str,
+        rest: list[ast.stmt],
+    ) -> list[ast.stmt]:
+        then_body = [*copy.deepcopy(fallback.body), *copy.deepcopy(rest)]
+        else_body = [*copy.deepcopy(fallback.orelse), *copy.deepcopy(rest)]
+        _check_function(function)
+        _check_copied(then_body + else_body, rest)
+        parameters = sorted(
+            name
+            for name in local_names(function)
+            if read_before_written(then_body, name) or read_before_written(else_body, name)
+        )
+        unbound = sorted(set(parameters) - bound_before(function, site))
+        if unbound:
+            raise Decline(f"the rest of the function reads {unbound[0]!r}, maybe unbound here")
+        names = self.module.fresh_names("then", "else", "continued")
+        then_function = make_function(names["then"], parameters, _returning_tuples(then_body), [])
+        else_function = make_function(names["else"], parameters, _returning_tuples(else_body), [])
+        arguments = ast.Tuple(elts=[load(name) for name in parameters], ctx=ast.Load())
+        call = runtime_call(
+            "continuation",
+            load(condition),
+            load(names["then"]),
+            arguments,
+            load(names["else"]),
+            copy.deepcopy(arguments),
+        )
+        merged = load(names["continued"])
+        taken = ast.If(
+            test=ast.Compare(left=merged, ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
+            body=[
+                ast.Return(
+                    ast.Subscript(
+                        value=load(names["continued"]), slice=ast.Constant(0), ctx=ast.Load()
+                    )
+                )
+            ],
+            orelse=[],
+        )
+        statements: list[ast.stmt] = [
+            then_function,
+            else_function,
+            ast.Assign(targets=[store(names["continued"])], value=call),
+            taken,
+            fallback,
+        ]
+        for statement in statements[2:4]:
+            mark_generated(locate(statement, site))
+        locate(then_function, site)
+        locate(else_function, site)
+        return statements
+
+    def _record(self, node: ast.stmt, qualname: str, decision: Decision, reason: str) -> None:
+        self.module.findings.append(
+            Finding(
+                rewrite=self.name,
+                filename=self.module.filename,
+                lineno=node.lineno,
+                col=node.col_offset,
+                function=qualname,
+                decision=decision,
+                reason=reason,
+                source=site_source(self.module.lines, node),
+            )
+        )
+
+
+def _functions(body: list[ast.stmt], prefix: str) -> Iterator[tuple[ast.FunctionDef, str]]:
+    """The functions to look at, outer first, with their qualified names."""
+    for statement in body:
+        if is_left_alone(statement) or is_generated(statement):
+            continue
+        if isinstance(statement, ast.ClassDef):
+            yield from _class_functions(statement, f"{prefix}{statement.name}.")
+        elif isinstance(statement, ast.FunctionDef):
+            yield statement, f"{prefix}{statement.name}"
+            yield from _functions(statement.body, f"{prefix}{statement.name}.<locals>.")
+
+
+def _class_functions(
+    definition: ast.ClassDef, prefix: str
+) -> Iterator[tuple[ast.FunctionDef, str]]:
+    for statement in definition.body:
+        if isinstance(statement, ast.FunctionDef) and never_traced(statement.name):
+            continue
+        yield from _functions([statement], prefix)
+
+
+def _fallback_of(statement: ast.stmt) -> tuple[ast.If, ast.If, str] | None:
+    """For a predicated site (``if tracing(): ... if merged is not None: ... else:
+    <fallback>``): the ``if`` holding the fallback, the fallback and its condition."""
+    if not (
+        isinstance(statement, ast.If)
+        and is_generated(statement)
+        and isinstance(statement.test, ast.Call)
+        and isinstance(statement.test.func, ast.Name)
+        and statement.test.func.id == TRACING
+        and statement.body
+    ):
+        return None
+    holder = statement.body[-1]
+    if not (isinstance(holder, ast.If) and len(holder.orelse) == 1):
+        return None
+    fallback = holder.orelse[0]
+    condition = continuable_condition(fallback)
+    if condition is None or not isinstance(fallback, ast.If):
+        return None
+    return holder, fallback, condition
+
+
+def _check_function(function: ast.FunctionDef) -> None:
+    for node in _own_nodes(function.body):
+        if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
+            raise Decline("the function is a generator: its rest cannot run in another function")
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            raise Decline("the function declares global or nonlocal names")
+    if "__class__" in parameter_names(function):
+        raise Decline("the function binds __class__")
+
+
+def _check_copied(copied: list[ast.stmt], rest: list[ast.stmt]) -> None:
+    if _statement_count(rest) > MAX_STATEMENTS:
+        raise Decline(
+            f"the rest of the function holds more than {MAX_STATEMENTS} statements "
+            "(the bound on what is copied into both branches)"
+        )
+    for node in _own_nodes(copied):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "super" and not node.args:
+                raise Decline("super() without arguments needs the method's own frame")
+            if node.func.id in _FRAME_INTROSPECTION:
+                raise Decline(f"{node.func.id}() would see another frame")
+        if isinstance(node, ast.Name) and node.id == "__class__":
+            raise Decline("__class__ needs the method's own frame")
+
+
+def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of ``body``, not entering nested functions, lambdas or classes."""
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def _statement_count(body: list[ast.stmt]) -> int:
+    return sum(isinstance(node, ast.stmt) for node in _own_nodes(body))
+
+
+class _TupleReturns(ast.NodeTransformer):
+    """``return x`` → ``return (x,)`` in one function's own body."""
+
+    def visit_Return(self, node: ast.Return) -> ast.Return:
+        value = node.value if node.value is not None else ast.Constant(None)
+        return ast.copy_location(ast.Return(ast.Tuple(elts=[value], ctx=ast.Load())), node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        return node
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AsyncFunctionDef:
+        return node
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.Lambda:
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        return node
+
+
+def _returning_tuples(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body`` with each return giving a 1-tuple, and ``(None,)`` when it runs off the end."""
+    transformer = _TupleReturns()
+    statements = [transformer.visit(statement) for statement in body]
+    if statements and isinstance(statements[-1], ast.Return):
+        return statements
+    falls_off = ast.Return(ast.Tuple(elts=[ast.Constant(None)], ctx=ast.Load()))
+    return [*statements, falls_off]

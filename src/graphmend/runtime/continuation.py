@@ -1,0 +1,106 @@
+"""Runtime side of continuation predication: the rest of a function, under ``torch.cond``.
+
+Where an ``if``'s branches cannot be merged value by value (``None`` against a
+tensor, different shapes), the rewrite folds the rest of the enclosing function
+into both branches (:mod:`graphmend.rewrites.continuation`), and
+:func:`continuation` merges the function's *results* with ``torch.cond``: only the
+taken branch runs, made of the original statements.
+
+``torch.cond`` cannot be tried and abandoned from traced code: when TorchDynamo
+cannot capture a branch (an attribute stored, output, a data-dependent ``if``
+inside) it stops the whole compilation.  So the call is made from a ``comptime``
+hook, in Python while tracing, through the same TorchDynamo handler
+``torch.cond`` gets; if it raises, nothing was added to the graph, the reason is
+recorded, and the original ``if`` runs with its graph break.  When it succeeds,
+its result is handed back to the traced code.  The hook reaches TorchDynamo's
+handler for ``cond`` and the traced frame's locals, which are not public API:
+they are used on the torch releases this is tested with (2.5 and 2.13) and
+looked up defensively, so that on another release the site keeps its break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.fallbacks import declined, record_at
+
+
+def continuation(
+    condition: Any,
+    then_function: Callable[..., tuple[Any]],
+    then_arguments: Sequence[Any],
+    else_function: Callable[..., tuple[Any]],
+    else_arguments: Sequence[Any],
+) -> tuple[Any] | None:
+    """``(result,)`` of the function, from the branch ``condition`` takes, under
+    ``torch.cond``; ``None`` to run the original code.  Each function runs one
+    branch and the rest of the enclosing function, and returns ``(its result,)``."""
+    if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
+        return None
+    if torch.is_grad_enabled():
+        declined("continuation", "autograd records: torch.cond is used only in inference")
+        return None
+    predicate = truth(condition)  # noqa: F841  (read by _capture, as are the branches)
+
+    def then_branch() -> tuple[Any]:
+        return then_function(*then_arguments)
+
+    def else_branch() -> tuple[Any]:
+        return else_function(*else_arguments)
+
+    merged = None  # set by _capture while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_capture)
+    return merged
+
+
+def _capture(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`continuation`: ``torch.cond``
+    through TorchDynamo's own handler; its result becomes the local ``merged``."""
+    from torch._dynamo import exc
+
+    failures = tuple(
+        getattr(exc, name)
+        for name in ("Unsupported", "UncapturedHigherOrderOpError", "UserError")
+        if hasattr(exc, name)
+    )
+    try:
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        handler = _cond_handler()
+        arguments = [_variable(context, name) for name in ("predicate", "then_branch")]
+        arguments += [_variable(context, "else_branch"), _empty_tuple()]
+        frame_locals = tracer.symbolic_locals
+    except (AttributeError, ImportError, KeyError, TypeError) as error:
+        record_at(context, "continuation", f"this torch release is not supported ({error})")
+        return
+    try:
+        result = handler.call_function(tracer, arguments, {})
+    except failures as error:
+        record_at(context, "continuation", f"torch.cond cannot capture it: {_first_line(error)}")
+        return
+    frame_locals["merged"] = result
+
+
+def _cond_handler() -> Any:
+    from torch._dynamo.variables.higher_order_ops import TorchHigherOrderOperatorVariable
+
+    return TorchHigherOrderOperatorVariable.make(torch.ops.higher_order.cond)
+
+
+def _variable(context: Any, name: str) -> Any:
+    return context.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+
+
+def _empty_tuple() -> Any:
+    from torch._dynamo.variables import TupleVariable
+
+    return TupleVariable([])
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if "doesn't work unless it is captured" not in line]
+    return (useful or lines or [type(error).__name__])[0][:300]
