@@ -30,7 +30,8 @@ from graphmend.reporting import Report, explain_observation
 from graphmend.runner import ScriptError, run_script
 from graphmend.runtime import fallbacks
 
-Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+#: A call to report: the callable, its arguments, and whether autograd recorded then.
+Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], bool]
 
 #: The option a comparison child is started with, before its output file (internal).
 WITHOUT_GRAPHMEND = "--without-graphmend"
@@ -48,7 +49,7 @@ class _FirstCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self._seen:
             self._seen = True
-            self._calls.append((self._function, args, kwargs))
+            self._calls.append((self._function, args, kwargs, torch.is_grad_enabled()))
         return self._function(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -102,15 +103,17 @@ def _call_of(namespace: dict[str, object], function: str, target: str) -> Call:
             f"{target}: {function}() must return (model, args) or (model, args, kwargs)"
         )
     model, call_args, *rest = built
-    return model, tuple(call_args), dict(rest[0]) if rest else {}
+    return model, tuple(call_args), dict(rest[0]) if rest else {}, torch.is_grad_enabled()
 
 
 def observations(calls: list[Call]) -> list[tuple[Observation, list[fallbacks.Fallback]]]:
-    """Each call traced, with the fallbacks recorded while it was."""
+    """Each call traced as it was made (autograd on or off), with the fallbacks recorded
+    while it was."""
     observed = []
-    for function, args, kwargs in calls:
+    for function, args, kwargs, grad in calls:
         fallbacks.clear()
-        observed.append((observe(function, *args, **kwargs), fallbacks.records()))
+        with torch.set_grad_enabled(grad):
+            observed.append((observe(function, *args, **kwargs), fallbacks.records()))
     return observed
 
 
@@ -156,7 +159,7 @@ def report_script(
 
 
 def _print(calls: list[Call], reports: list[Report], as_json: bool) -> None:
-    names = [_name(function) for function, _, _ in calls]
+    names = [_name(call[0]) for call in calls]
     if as_json:
         entries = [{"model": name, **r.to_json()} for name, r in zip(names, reports, strict=True)]
         print(json.dumps(entries, indent=2))

@@ -79,27 +79,26 @@ class ContinuationRewrite:
             self._rewrite(function, qualname)
 
     def _rewrite(self, function: ast.FunctionDef, qualname: str) -> None:
-        for index, statement in enumerate(function.body):
-            located = _fallback_of(statement)
-            if located is None:
-                continue
-            holder, fallback, condition = located
-            rest = function.body[index + 1 :]
-            try:
-                replacement = self._continued(function, statement, fallback, condition, rest)
-            except Decline as reason:
-                self._record(statement, qualname, Decision.DECLINED, str(reason))
-            else:
-                holder.orelse = replacement
-                size = _statement_count(rest)
-                self._record(
-                    statement,
-                    qualname,
-                    Decision.REWRITTEN,
-                    f"the rest of the function ({size} statements) runs in both branches, "
-                    "under torch.cond, where the branches' values cannot be merged",
-                )
+        found = next(_sites(function.body, []), None)
+        if found is None:
             return
+        statement, rest = found
+        located = _fallback_of(statement)
+        assert located is not None
+        holder, fallback, condition = located
+        try:
+            replacement = self._continued(function, statement, fallback, condition, rest)
+        except Decline as reason:
+            self._record(statement, qualname, Decision.DECLINED, str(reason))
+            return
+        holder.orelse = replacement
+        self._record(
+            statement,
+            qualname,
+            Decision.REWRITTEN,
+            f"the rest of the function ({_statement_count(rest)} statements) runs in both "
+            "branches, under torch.cond, where the branches' values cannot be merged",
+        )
 
     def _continued(
         self,
@@ -192,6 +191,20 @@ def _class_functions(
         if isinstance(statement, ast.FunctionDef) and never_traced(statement.name):
             continue
         yield from _functions([statement], prefix)
+
+
+def _sites(block: list[ast.stmt], after: list[ast.stmt]) -> Iterator[tuple[ast.If, list[ast.stmt]]]:
+    """Predicated sites of a function, in source order, each with the statements that run
+    after it: the rest of its block, then of each block around it.  Only plain ``if``
+    statements may hold a site (the rest of a loop, ``with`` or ``try`` body is not the
+    rest of the function)."""
+    for index, statement in enumerate(block):
+        rest = [*block[index + 1 :], *after]
+        if _fallback_of(statement) is not None:
+            yield statement, rest  # type: ignore[misc]
+        elif isinstance(statement, ast.If) and not is_generated(statement):
+            yield from _sites(statement.body, rest)
+            yield from _sites(statement.orelse, rest)
 
 
 def _fallback_of(statement: ast.stmt) -> tuple[ast.If, ast.If, str] | None:

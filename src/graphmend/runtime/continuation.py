@@ -47,14 +47,24 @@ def continuation(
     predicate = truth(condition)  # noqa: F841  (read by _capture, as are the branches)
 
     def then_branch() -> tuple[Any]:
-        return then_function(*then_arguments)
+        return _dense(then_function(*then_arguments))
 
     def else_branch() -> tuple[Any]:
-        return else_function(*else_arguments)
+        return _dense(else_function(*else_arguments))
 
     merged = None  # set by _capture while TorchDynamo traces this frame
     torch._dynamo.comptime.comptime(_capture)
     return merged
+
+
+def _dense(result: tuple[Any]) -> tuple[Any]:
+    """``result`` with its tensors laid out densely (``torch.cond`` refuses outputs that
+    are slices of a larger tensor); values unchanged, a copy only where one was a slice."""
+    return torch.utils._pytree.tree_map_only(torch.Tensor, _contiguous, result)
+
+
+def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous()
 
 
 def _capture(context: Any) -> None:
@@ -62,23 +72,27 @@ def _capture(context: Any) -> None:
     through TorchDynamo's own handler; its result becomes the local ``merged``."""
     from torch._dynamo import exc
 
-    failures = tuple(
-        getattr(exc, name)
-        for name in ("Unsupported", "UncapturedHigherOrderOpError", "UserError")
-        if hasattr(exc, name)
-    )
+    # TorchDynamo's own control flow (restart the analysis, skip the frame) must pass;
+    # anything else cond raises means it cannot capture the branches.
+    passing = (exc.RestartAnalysis, exc.SkipFrame)
     try:
         tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
         handler = _cond_handler()
         arguments = [_variable(context, name) for name in ("predicate", "then_branch")]
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
+        saved_effects = tracer.output.side_effects.clone()
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
     try:
         result = handler.call_function(tracer, arguments, {})
-    except failures as error:
+    except passing:
+        raise
+    except Exception as error:
+        # What the failed attempt recorded (an attribute stored in a branch) must not
+        # happen: the original code does it again.
+        tracer.output.side_effects = saved_effects
         record_at(context, "continuation", f"torch.cond cannot capture it: {_first_line(error)}")
         return
     frame_locals["merged"] = result

@@ -1,0 +1,159 @@
+"""Continuation predication (issue 9): where a predicated ``if``'s branches cannot be
+merged, the rest of the function runs in both branches under ``torch.cond``; whatever
+``torch.cond`` cannot capture keeps the original graph break."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphmend.pipeline import rewrite
+from graphmend.runtime import fallbacks
+from helpers.graphs import compile_and_run
+from helpers.modules import import_plain, import_rewritten
+
+#: The mask-or-None fast path of real remote code (ChatGLM, Baichuan...): one branch
+#: gives a tensor, the other None, and the rest of forward hands it to attention.
+MASK_OR_NONE = """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(16, 16)
+        self.o = nn.Linear(16, 16)
+        self.calls = 0
+
+    def inner(self, x, mask):
+        scores = self.q(x) @ x.transpose(-1, -2)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+        return scores.softmax(-1) @ x
+
+    def forward(self, x, attention_mask=None):
+        if attention_mask is not None and torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+        else:
+            attention_mask = None
+        out = self.inner(x, attention_mask)
+        return self.o(out)
+
+
+class Counting(Attention):
+    def forward(self, x, attention_mask=None):
+        if torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+        else:
+            attention_mask = None
+        self.calls += 1
+        return self.o(self.inner(x, attention_mask))
+"""
+
+X = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0))
+FULL = torch.ones(2, 5, dtype=torch.long)
+PADDED = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+
+
+@pytest.fixture
+def modules(tmp_path: Path):
+    plain = import_plain(tmp_path, "continued_plain", MASK_OR_NONE)
+    mended = import_rewritten(tmp_path, "continued_mended", MASK_OR_NONE)
+    return plain, mended
+
+
+def _pair(modules, name: str = "Attention"):
+    plain_module, mended_module = modules
+    torch.manual_seed(0)
+    plain = getattr(plain_module, name)().eval()
+    mended = getattr(mended_module, name)().eval()
+    mended.load_state_dict(plain.state_dict())
+    return plain, mended
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_mask_or_none_compiles_as_one_graph_bit_identical(modules, backend) -> None:
+    plain, mended = _pair(modules)
+    torch._dynamo.reset()
+    with torch.no_grad(), pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(plain, fullgraph=True, backend=backend)(X, PADDED)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True, backend=backend)
+    with torch.no_grad():
+        for mask in (FULL, PADDED, FULL, None):
+            assert torch.equal(compiled(X, mask), plain(X, mask))
+
+
+@pytest.mark.inductor
+def test_mask_or_none_under_inductor(modules) -> None:
+    plain, mended = _pair(modules)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True)
+    with torch.no_grad():
+        for mask in (PADDED, FULL):
+            torch.testing.assert_close(compiled(X, mask), plain(X, mask))
+
+
+def test_a_rest_cond_cannot_capture_keeps_the_original_break(modules) -> None:
+    """An attribute store in the rest of the function: torch.cond would stop the whole
+    compilation; the check made while tracing finds it first."""
+    plain, mended = _pair(modules, "Counting")
+    fallbacks.clear()
+    with torch.no_grad():
+        before = compile_and_run(plain, X, PADDED)
+        after = compile_and_run(mended, X, PADDED)
+        assert (after.graphs, after.breaks) == (before.graphs, before.breaks)
+        assert torch.equal(after.result, before.result)
+    assert mended.calls == plain.calls == 1
+    reasons = [f.reason for f in fallbacks.records() if f.rewrite == "continuation"]
+    assert reasons and reasons[0].startswith("torch.cond cannot capture it"), reasons
+
+
+def test_while_autograd_records_the_break_stays(modules) -> None:
+    plain, mended = _pair(modules)
+    fallbacks.clear()
+    before, after = compile_and_run(plain, X, PADDED), compile_and_run(mended, X, PADDED)
+    assert (after.graphs, after.breaks) == (before.graphs, before.breaks)
+    assert any("autograd records" in f.reason for f in fallbacks.records())
+
+
+def _findings(source: str) -> dict[str, str]:
+    result = rewrite(textwrap.dedent(source), "<test>", {"predicate", "continuation"})
+    return {f.decision.value: f.reason for f in result.findings if f.rewrite == "continuation"}
+
+
+@pytest.mark.parametrize(
+    ("rest", "reason"),
+    [
+        ("    return super().forward(x)\n", "super() without arguments"),
+        ("    return locals()\n", "locals() would see another frame"),
+        ("    yield x\n", "the function is a generator"),
+        ("    return y\n", "reads 'y', maybe unbound here"),
+        ("    x = x + 1\n" * 201 + "    return x\n", "more than 200 statements"),
+    ],
+)
+def test_sites_whose_rest_cannot_run_elsewhere_are_declined(rest: str, reason: str) -> None:
+    source = (
+        "import torch\n\ndef forward(self, x, flag):\n"
+        "    if flag:\n        y = x\n"
+        "    if x.sum() > 0:\n        x = x[:1]\n    else:\n        x = x * 2\n" + rest
+    )
+    assert reason in _findings(source).get("declined", ""), _findings(source)
+
+
+def test_a_site_inside_a_python_if_continues_with_the_rest_around_it() -> None:
+    source = """
+    import torch
+
+    def forward(x, mask):
+        if mask is None:
+            if x.sum() > 0:
+                mask = x > 0
+            x = x + 1
+        return x * mask
+    """
+    assert "(2 statements)" in _findings(source)["rewritten"]
