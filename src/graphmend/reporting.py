@@ -78,6 +78,11 @@ _HINTS = {
     "dtype (or a pure submodule) lets it merge them",
 }
 
+_INFERENCE_HINT = (
+    "call the model under torch.no_grad() or torch.inference_mode(): GraphMend merges "
+    "branches only where autograd does not record"
+)
+
 _CATEGORY_HINTS = {
     "dynamic shape": "torch._dynamo.config.capture_dynamic_output_shape_ops = True captures "
     "operators whose output shape depends on data; static shapes (dynamic=False) keep "
@@ -193,7 +198,9 @@ class _Decider:
     file and the fallbacks recorded while tracing."""
 
     def __init__(self, recorded: list[fallbacks.Fallback]) -> None:
-        self._fallbacks = {(entry.filename, entry.lineno): entry for entry in recorded}
+        self._fallbacks: dict[tuple[str, int], list[fallbacks.Fallback]] = {}
+        for entry in recorded:
+            self._fallbacks.setdefault((entry.filename, entry.lineno), []).append(entry)
         self._files: dict[str, _StaticFile | str] = {}
         self._modules = _modules_by_file()
         installation = current()
@@ -226,12 +233,13 @@ class _Decider:
             return Verdict.NOT_IN_SCOPE, f"module {name} is {claimed}", hint
         if left_alone is not None:
             return Verdict.LEFT_ALONE, left_alone.reason, _HINTS[Verdict.LEFT_ALONE]
-        fallback = self._fallbacks.get((observed.filename, statement)) or self._fallbacks.get(
+        fell_back = self._fallbacks.get((observed.filename, statement)) or self._fallbacks.get(
             (observed.filename, observed.lineno)
         )
-        if fallback is not None:
-            why = f"{fallback.rewrite}: {fallback.reason}"
-            return Verdict.FELL_BACK, why, _HINTS[Verdict.FELL_BACK]
+        if fell_back:
+            why = "; ".join(f"{entry.rewrite}: {entry.reason}" for entry in fell_back)
+            hint = _INFERENCE_HINT if "autograd records" in why else _HINTS[Verdict.FELL_BACK]
+            return Verdict.FELL_BACK, why, hint
         rewritten = [f for f in findings if f.rewritten]
         if rewritten and not _is_rewritten(module):
             why = "claimed, but the module was imported before GraphMend was installed"
