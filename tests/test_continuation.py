@@ -157,3 +157,20 @@ def test_a_site_inside_a_python_if_continues_with_the_rest_around_it() -> None:
         return x * mask
     """
     assert "(2 statements)" in _findings(source)["rewritten"]
+
+
+def test_a_rest_holding_another_predicated_site_continues() -> None:
+    """The later site's generated functions are defined before they are read."""
+    source = """
+    import torch
+
+    def forward(x):
+        if x.sum() > 0:
+            x = x[:1]
+        if x.mean() > 0:
+            x = x * 2
+        else:
+            x = x + 1
+        return x
+    """
+    assert "rewritten" in _findings(source), _findings(source)

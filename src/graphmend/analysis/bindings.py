@@ -362,6 +362,11 @@ def read_before_written(statements: list[ast.stmt], name: str) -> bool:
                 for node in ast.walk(statement)
             ):
                 return True  # loops, with, try: any read counts
+            if (
+                isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                and statement.name == name
+            ):
+                return False  # a definition binds its name
         else:
             if _reads(statement, name):
                 return True
