@@ -59,7 +59,9 @@ def measure_arm(options: dict[str, Any]) -> dict[str, Any]:
     from measuring import cast
 
     state = Path(options["state"])
-    if state.exists():
+    if options["model_type"].startswith(REMOTE):
+        subject = remote_subject(options["model_type"].removeprefix(REMOTE), state)
+    elif state.exists():
         subject = rebuild_subject(options["model_type"], options["choice"], state)
     else:
         subject, _ = choose_subject(options["model_type"])
@@ -110,6 +112,30 @@ def measure_arm(options: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+#: A model type naming a family of ``bench/remote_corpus`` (``remote:chatglm3``).
+REMOTE = "remote:"
+
+
+def remote_subject(family: str, state: Path) -> Any:
+    """A ``trust_remote_code`` model of the corpus and its inputs; the first arm saves
+    weights and inputs, the second loads them strictly."""
+    import types
+
+    import torch
+
+    from remote_corpus import build, inputs_for, load_manifest
+
+    model = build(family, load_manifest()[family])
+    if state.exists():
+        saved = torch.load(state)
+        model.load_state_dict(saved["state_dict"], strict=True)
+        inputs = saved["inputs"]
+    else:
+        inputs = inputs_for(model)
+        torch.save({"state_dict": model.state_dict(), "inputs": inputs}, state)
+    return types.SimpleNamespace(model=model, inputs=inputs, choice={"family": family})
+
+
 def cuda_graphs_recorded(device_index: int) -> int:
     """How many CUDA graphs TorchInductor's CUDA-graph trees recorded (-1: unknown)."""
     try:
@@ -140,6 +166,8 @@ def run_arm(arm: str, model_type: str, choice: dict | None, state: Path, options
             "TORCHINDUCTOR_CACHE_DIR": inductor_cache,
             "HF_HUB_OFFLINE": "1",
             "GRAPHMEND_CACHE_DIR": str(Path(inductor_cache) / "graphmend"),
+            # remote code is copied here and imported from here (through the hook)
+            "HF_MODULES_CACHE": str(Path(inductor_cache) / "hf_modules"),
         }
         env.pop("GRAPHMEND", None)
         child = subprocess.run(
@@ -181,7 +209,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--census", type=Path)
-    parser.add_argument("--models", help="comma-separated model types (default: from --census)")
+    parser.add_argument(
+        "--models",
+        help="comma-separated model types, or remote:FAMILY for a family of "
+        "bench/remote_corpus (default: from --census)",
+    )
     parser.add_argument("--limit", type=int, default=8, help="at most this many models")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
