@@ -8,7 +8,8 @@ configure a process (a serving container, each ``torchrun`` rank):
                           the default scope, or applies exclusions alone to it
 ``GRAPHMEND_CACHE_DIR``   cache directory (default: the user cache directory)
 ``GRAPHMEND_CACHE``       ``0`` turns the bytecode cache off
-``GRAPHMEND_REWRITES``    comma-separated rewrites to run (unset: all; empty: none)
+``GRAPHMEND_REWRITES``    comma-separated rewrites to run (unset: predicate, trap and
+                          defer; empty: none; ``continuation`` only when named)
 ``GRAPHMEND_LOG``         ``debug`` writes one line per claimed module to stderr
 ``GRAPHMEND_CUDA_GUARDS`` ``sync``: lowered guards raise the original exception on
                           CUDA too (default ``async``: ``torch._assert_async``)
@@ -45,6 +46,10 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 
 #: The rewrites GraphMend knows, in the order the pipeline applies them.
 ALL_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer", "continuation")
+#: The rewrites run unless ``GRAPHMEND_REWRITES`` says otherwise.  Continuation
+#: predication is asked for by name: TorchInductor (torch 2.13) fails to compile some
+#: models it makes one graph of (see the README).
+DEFAULT_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer")
 
 #: The values of a switch such as ``GRAPHMEND`` or ``GRAPHMEND_CACHE`` (any case).
 ON_WORDS: tuple[str, ...] = ("1", "true", "yes", "on")
@@ -224,7 +229,7 @@ class Config:
     packages: tuple[str, ...] = DEFAULT_PACKAGES
     cache_dir: Path = field(default_factory=default_cache_dir)
     cache_enabled: bool = True
-    rewrites: frozenset[str] = frozenset(ALL_REWRITES)
+    rewrites: frozenset[str] = frozenset(DEFAULT_REWRITES)
     debug: bool = False
     cuda_guards: str = CUDA_GUARD_MODES[0]
 

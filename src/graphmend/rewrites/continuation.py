@@ -131,6 +131,7 @@ class ContinuationRewrite:
             arguments,
             load(names["else"]),
             copy.deepcopy(arguments),
+            ast.Constant(_may_update_in_place(then_body + else_body)),
         )
         merged = load(names["continued"])
         taken = ast.If(
@@ -263,6 +264,23 @@ def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
         yield node
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             pending.extend(ast.iter_child_nodes(node))
+
+
+def _may_update_in_place(body: list[ast.stmt]) -> bool:
+    """Whether ``body`` may update a tensor in place: ``x += 1``, ``x[i] = v``, a method
+    named like an in-place one (``add_``), an ``out=`` argument."""
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.AugAssign):
+            return True
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, ast.Call):
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if method.endswith("_") and not method.startswith("_"):
+                return True
+            if any(keyword.arg == "out" for keyword in node.keywords):
+                return True
+    return False
 
 
 def _statement_count(body: list[ast.stmt]) -> int:

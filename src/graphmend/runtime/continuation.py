@@ -35,36 +35,60 @@ def continuation(
     then_arguments: Sequence[Any],
     else_function: Callable[..., tuple[Any]],
     else_arguments: Sequence[Any],
+    updates_in_place: bool,
 ) -> tuple[Any] | None:
     """``(result,)`` of the function, from the branch ``condition`` takes, under
     ``torch.cond``; ``None`` to run the original code.  Each function runs one
-    branch and the rest of the enclosing function, and returns ``(its result,)``."""
+    branch and the rest of the enclosing function, and returns ``(its result,)``;
+    ``updates_in_place``: their code may update a tensor in place."""
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
     if torch.is_grad_enabled():
         declined("continuation", "autograd records: torch.cond is used only in inference")
         return None
+    sparse = any(_strided_view(v) for v in (*then_arguments, *else_arguments))
+    if sparse and updates_in_place:
+        declined(
+            "continuation",
+            "a branch may update a tensor in place, and an argument is a strided view "
+            "(torch.cond needs dense inputs, a copy would not see the update)",
+        )
+        return None
+    then_arguments = tuple(_dense(v) for v in then_arguments)
+    else_arguments = tuple(_dense(v) for v in else_arguments)
     predicate = truth(condition)  # noqa: F841  (read by _capture, as are the branches)
 
     def then_branch() -> tuple[Any]:
-        return _dense(then_function(*then_arguments))
+        return _fresh(then_function(*then_arguments))
 
     def else_branch() -> tuple[Any]:
-        return _dense(else_function(*else_arguments))
+        return _fresh(else_function(*else_arguments))
 
     merged = None  # set by _capture while TorchDynamo traces this frame
     torch._dynamo.comptime.comptime(_capture)
     return merged
 
 
-def _dense(result: tuple[Any]) -> tuple[Any]:
-    """``result`` with its tensors laid out densely (``torch.cond`` refuses outputs that
-    are slices of a larger tensor); values unchanged, a copy only where one was a slice."""
-    return torch.utils._pytree.tree_map_only(torch.Tensor, _contiguous, result)
+def _strided_view(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not value.is_contiguous()
 
 
-def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.contiguous()
+def _dense(value: Any) -> Any:
+    """A dense copy of a tensor that is a strided view (TorchInductor's ``cond`` assumes
+    dense inputs); anything else as it is (a copy of a dense tensor would alias)."""
+    if _strided_view(value):
+        return value.clone(memory_format=torch.contiguous_format)
+    return value
+
+
+def _fresh(result: tuple[Any]) -> tuple[Any]:
+    """``result`` with each tensor a new dense copy: ``torch.cond``'s outputs may neither
+    alias its inputs nor be slices of a larger tensor."""
+    return torch.utils._pytree.tree_map_only(torch.Tensor, _dense_copy, result)
+
+
+def _dense_copy(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.clone(memory_format=torch.contiguous_format)
 
 
 def _capture(context: Any) -> None:
