@@ -23,5 +23,18 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "command": " ".join([*_settings(), _command()]),
     }
+
+
+def _command() -> str:
+    return shlex.join(["python", Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+
+
+def _settings() -> list[str]:
+    """``GRAPHMEND_*`` variables set for the run, as a shell would prefix them."""
+    return [
+        f"{name}={shlex.quote(value)}"
+        for name, value in sorted(os.environ.items())
+        if name.startswith("GRAPHMEND_") and name != "GRAPHMEND_CACHE_DIR"
+    ]
