@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import CodeType
 
 from graphmend.analysis.scopes import ModuleScopes
+from graphmend.directives import LeftAlone, skipped_module
 from graphmend.findings import Decision, Finding
 from graphmend.rewrites import REWRITES
 from graphmend.rewrites.common import (
@@ -28,7 +29,7 @@ from graphmend.rewrites.common import (
     mark_generated,
     store,
 )
-from graphmend.rewrites.left_alone import LeftAlone, left_alone_definitions, skipped_module
+from graphmend.rewrites.left_alone import left_alone_definitions
 
 # The rewrites' findings name the rewrite; a directive concerns them all.
 ALL_REWRITES = "all"

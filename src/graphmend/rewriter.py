@@ -16,6 +16,7 @@ from types import CodeType
 
 from graphmend.cache import BytecodeCache
 from graphmend.config import Config
+from graphmend.directives import skipped_module
 from graphmend.findings import describe_summary, summarize
 
 
@@ -81,9 +82,6 @@ class ModuleRewriter:
 
     def build(self, module_name: str, filename: str, source: bytes) -> Outcome:
         """Produce (or read back) the code for one module and say what happened."""
-        # once a module is claimed
-        from graphmend.pipeline import compile_module, parse, rewrite, skipped_module
-
         skipped = skipped_module(source)  # a byte search, before the cache
         if skipped is not None:
             reason = f"{skipped.reason} (line {skipped.lineno})"
@@ -95,6 +93,9 @@ class ModuleRewriter:
             entry = self.cache.load(module_name, key)
             if entry is not None:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary)
+        # Only now, on a miss: a warm import loads none of the analysis and rewrites.
+        from graphmend.pipeline import compile_module, parse, rewrite
+
         try:
             tree = parse(source, filename)
         except (SyntaxError, ValueError):  # ValueError: null bytes in the source
