@@ -112,11 +112,14 @@ class PredicateRewrite(FunctionStatementRewriter):
     """Predicates tensor-valued ``if`` statements and conditional expressions."""
 
     name = "predicate"
+    keywords = ("if",)  # an if statement or a conditional expression
 
     def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
         if isinstance(statement, ast.If):
             return self._rewrite_if(statement, tail=None)
-        if isinstance(statement, ast.Assign | ast.AnnAssign | ast.Return | ast.Expr):
+        if isinstance(
+            statement, ast.Assign | ast.AnnAssign | ast.Return | ast.Expr
+        ) and self.module.mentions(statement, self.keywords):
             return self._rewrite_conditional_expressions(statement)
         return statement
 
