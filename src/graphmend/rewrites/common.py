@@ -16,6 +16,7 @@ from typing import ClassVar
 from graphmend.analysis.bindings import bound_before, names_read
 from graphmend.analysis.purity import may_hold_tensor_data, qualified_name, tensor_valued_names
 from graphmend.analysis.scopes import ModuleScopes, Resolution
+from graphmend.analysis.walking import walk
 from graphmend.findings import Decision, Finding, site_source
 
 PREFIX = "_@gm_"
@@ -53,7 +54,7 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
     Nodes copied from the original source keep their own locations, so
     tracebacks and TorchDynamo's messages point at the user's line.
     """
-    for child in ast.walk(node):
+    for child in walk(node):
         if "lineno" in child._attributes and not hasattr(child, "lineno"):
             ast.copy_location(child, like)
     return node

@@ -49,6 +49,7 @@ from graphmend.analysis.bindings import (
     used_in_place_after,
 )
 from graphmend.analysis.speculation import BranchFacts, SpeculationChecker, speculation_problem
+from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     Decline,
@@ -424,7 +425,7 @@ class _Site:
         for name in sorted(self.rewriter.local_reads(reads)):
             if name not in state.assigned and name not in self.bound:
                 raise Decline(f"a branch reads {name}, which may be unbound before the if")
-        for node in ast.walk(reads[0]):
+        for node in walk(reads[0]):
             if (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.ctx, ast.Load)
@@ -728,7 +729,7 @@ def _is_lazy_initialisation(statement: ast.stmt, data: frozenset[str] | set[str]
     owner, name = test.operand.args
     stored = [
         node
-        for node in ast.walk(body.targets[0])
+        for node in walk(body.targets[0])
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
     ]
     return (
@@ -792,7 +793,7 @@ def _is_docstring(statement: ast.stmt) -> bool:
 def _assigned_names(arm: Sequence[ast.stmt]) -> set[str]:
     names: set[str] = set()
     for statement in arm:
-        for node in ast.walk(statement):
+        for node in walk(statement):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
     return names
