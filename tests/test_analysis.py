@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from graphmend.analysis.bindings import live_after
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
+from graphmend.analysis.walking import walk
 from graphmend.patterns import ModuleMatcher, PatternError
 
 
@@ -107,3 +109,10 @@ def test_live_after_follows_python_scoping_of_nested_functions(nested, live):
     function = _function(tree, "f")
     site = function.body[1]
     assert live_after(function, site, "y") is live
+
+
+def test_walk_gives_the_nodes_of_ast_walk_in_its_order():
+    import graphmend.rewrites.predicate as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    assert walk(tree) == list(ast.walk(tree))

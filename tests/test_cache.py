@@ -5,6 +5,7 @@ Attacks by another user (which need root) are in ``test_cache_security.py``.
 
 from __future__ import annotations
 
+import json
 import marshal
 import os
 import shutil
@@ -224,6 +225,38 @@ def test_cache_off_writes_nothing(cache_dir, module_file):
     assert _build(cache_dir, module_file, cache_enabled=False).status is Status.REWRITTEN
     assert _build(cache_dir, module_file, cache_enabled=False).status is Status.REWRITTEN
     assert not cache_dir.exists()
+
+
+LOADED = textwrap.dedent(
+    """
+    import json, sys
+    import cached_module
+    print(json.dumps(sorted(name for name in sys.modules if name.startswith("graphmend."))))
+    """
+)
+ANALYSIS_AND_REWRITES = ("graphmend.pipeline", "graphmend.rewrites", "graphmend.analysis")
+
+
+def test_warm_import_loads_no_analysis_or_rewrite_code(cache_dir, module_file):
+    env = {
+        "GRAPHMEND": "1",
+        "GRAPHMEND_PACKAGES": "cached_module",
+        "GRAPHMEND_CACHE_DIR": str(cache_dir),
+        "GRAPHMEND_LOG": "debug",
+        "PYTHONPATH": str(module_file.parent),
+    }
+    loaded = {}
+    for arm in ("cold", "warm"):
+        result = run_python("-c", LOADED, env=env)
+        assert result.returncode == 0, result.stderr
+        assert ("cached_module: cache hit" in result.stderr) == (arm == "warm")
+        loaded[arm] = [
+            name
+            for name in json.loads(result.stdout.splitlines()[-1])
+            if name.startswith(ANALYSIS_AND_REWRITES)
+        ]
+    assert "graphmend.pipeline" in loaded["cold"]
+    assert loaded["warm"] == []
 
 
 CONCURRENT = textwrap.dedent(

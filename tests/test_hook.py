@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.resources
+import importlib.util
 import inspect
 import pickle
 import sys
@@ -15,9 +17,10 @@ import pytest
 import torch
 
 import graphmend
+from graphmend import pipeline
 from graphmend.config import Config
 from graphmend.importer import GraphMendFinder, GraphMendLoader
-from graphmend.rewriter import GraphMendWarning
+from graphmend.rewriter import GraphMendWarning, Status
 
 MODULE = """
 import torch
@@ -161,6 +164,33 @@ def test_a_module_the_rewrite_cannot_handle_loads_unchanged_with_one_warning(
     assert len(caught) == 1
     assert module.shout(2) == 2  # the original code runs
     assert capsys.readouterr().out == "value 2\n"
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_garbage_collector_is_paused_while_rewriting_and_restored(
+    write_module, cache_dir, monkeypatch, collecting, fails
+):
+    name = write_module(MODULE)
+    seen = []
+    original = pipeline.rewrite
+
+    def observed(*args, **kwargs):
+        seen.append(gc.isenabled())
+        if fails:
+            raise RecursionError("maximum recursion depth exceeded")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("graphmend.pipeline.rewrite", observed)
+    installation = _install(name, cache_dir=cache_dir)
+    path = Path(importlib.util.find_spec(name).origin)
+    (gc.enable if collecting else gc.disable)()
+    try:
+        outcome = installation.finder.rewriter.build(name, str(path), path.read_bytes())
+        assert (seen, gc.isenabled()) == ([False], collecting)
+    finally:
+        gc.enable()
+    assert outcome.status is (Status.FELL_BACK if fails else Status.REWRITTEN)
 
 
 def test_pytest_assertion_rewriting_and_graphmend_work_in_one_process(write_module, cache_dir):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import textwrap
 
@@ -10,6 +11,7 @@ import torch
 
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
+from graphmend.rewrites.predicate import PredicateRewrite
 from helpers.graphs import compile_and_run
 from helpers.modules import import_rewritten
 
@@ -518,3 +520,44 @@ def test_methods_that_build_objects_are_left_alone_but_not_what_they_define():
         """
     (finding,) = _findings(source)
     assert finding.function == "M.__init__.<locals>.hook"
+
+
+def test_functions_without_an_if_are_passed_over_unread(monkeypatch):
+    offered = []
+    original = PredicateRewrite.rewrite_statement
+
+    def spy(self, statement):
+        offered.append(ast.unparse(statement).splitlines()[0])
+        return original(self, statement)
+
+    monkeypatch.setattr(PredicateRewrite, "rewrite_statement", spy)
+    source = """
+        import torch
+        def plain(x):
+            y = x.sum()
+            return y
+        class Block(torch.nn.Module):
+            def forward(self, x):
+                return x.relu()
+        def branching(x):
+            y = x + 1
+            return y if y.sum() > 0 else -y
+        """
+    (finding,) = _findings(source)
+    assert finding.function == "branching"
+    assert offered == ["y = x + 1", "return y if y.sum() > 0 else -y"]
+
+
+@pytest.mark.parametrize("separator", ["\f", "\v", "\x1c", "\x85", "\u2028", "\r"])
+@pytest.mark.parametrize("encoded", [False, True])
+def test_the_if_prescan_numbers_lines_as_the_parser(separator, encoded):
+    # str.splitlines() also breaks at these characters, which the parser reads in a
+    # comment as any other character; lines numbered so would hide the site below.
+    source = (
+        f"import torch\n# a{separator}comment\n# another{separator}one\n"
+        "def f(x):\n    return x + 1 if x.sum() > 0 else x - 1\n"
+    )
+    if separator == "\r":  # a newline for the parser too
+        source = source.replace("\n", "\r")
+    result = rewrite(source.encode() if encoded else source, "m.py", ["predicate"])
+    assert [finding.decision for finding in result.findings] == [Decision.REWRITTEN]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import CodeType
 
 from graphmend.analysis.scopes import ModuleScopes
+from graphmend.directives import LeftAlone, skipped_module
 from graphmend.findings import Decision, Finding
 from graphmend.rewrites import REWRITES
 from graphmend.rewrites.common import (
@@ -28,7 +29,7 @@ from graphmend.rewrites.common import (
     mark_generated,
     store,
 )
-from graphmend.rewrites.left_alone import LeftAlone, left_alone_definitions, skipped_module
+from graphmend.rewrites.left_alone import left_alone_definitions
 
 # The rewrites' findings name the rewrite; a directive concerns them all.
 ALL_REWRITES = "all"
@@ -68,9 +69,11 @@ def rewrite(
         tree = parse(source, filename)
     if skipped is not None:
         return Rewritten(tree, (finding(skipped, filename, _lines(source)),), changed=False)
+    text = _text(source)
     module = ModuleContext(
         filename=filename,
-        lines=_lines(source),
+        text=text,
+        lines=text.splitlines(),
         scopes=ModuleScopes(tree),
         imports_torch=_first_torch_import(tree) is not None,
     )
@@ -102,8 +105,14 @@ def finding(left_alone: LeftAlone, filename: str, lines: list[str]) -> Finding:
 
 
 def _lines(source: bytes | str) -> list[str]:
-    text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
-    return text.splitlines()
+    return _text(source).splitlines()
+
+
+def _text(source: bytes | str) -> str:
+    """The source as text, newlines translated as the interpreter reads it."""
+    if isinstance(source, bytes):
+        return importlib.util.decode_source(source)
+    return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def compile_module(tree: ast.Module, filename: str) -> CodeType:

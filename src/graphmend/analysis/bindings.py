@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
+from graphmend.analysis.walking import walk
+
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -123,7 +125,7 @@ def assigned_by(statement: ast.stmt) -> frozenset[str]:
         return frozenset(alias.asname or alias.name.split(".", 1)[0] for alias in statement.names)
     return frozenset(
         node.target.id
-        for node in ast.walk(statement)
+        for node in walk(statement)
         if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name)
     )
 
@@ -132,7 +134,7 @@ def names_read(node: ast.AST) -> frozenset[str]:
     """Every name loaded anywhere in ``node`` (nested functions included)."""
     return frozenset(
         child.id
-        for child in ast.walk(node)
+        for child in walk(node)
         if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)
     )
 
@@ -162,7 +164,7 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
     if continuation is None:
         return True
     for statement in continuation:
-        for node in ast.walk(statement):
+        for node in walk(statement):
             if isinstance(node, ast.AugAssign) and _is_name(node.target, name):
                 return True
             if (
@@ -196,7 +198,7 @@ def _is_name(expr: ast.expr, name: str) -> bool:
 def _nested_scopes(function: FunctionNode) -> list[ast.AST]:
     return [
         node
-        for node in ast.walk(function)
+        for node in walk(function)
         if node is not function
         and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef)
     ]
@@ -214,8 +216,7 @@ def _reads_enclosing(scope: ast.AST, name: str) -> bool:
     if isinstance(scope, ast.ClassDef):
         return True
     if any(
-        isinstance(node, ast.Nonlocal | ast.Global) and name in node.names
-        for node in ast.walk(scope)
+        isinstance(node, ast.Nonlocal | ast.Global) and name in node.names for node in walk(scope)
     ):
         return True
     assert isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
@@ -359,7 +360,7 @@ def read_before_written(statements: list[ast.stmt], name: str) -> bool:
         ):
             if name in _names_read_now(statement) or any(
                 isinstance(node, ast.AugAssign) and name in stored_names(node.target)
-                for node in ast.walk(statement)
+                for node in walk(statement)
             ):
                 return True  # loops, with, try: any read counts
             if (

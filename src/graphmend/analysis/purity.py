@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from graphmend.analysis.bindings import stored_names
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
+from graphmend.analysis.walking import walk
 
 #: Tensor methods that read their receiver and return a new value.
 PURE_TENSOR_METHODS = frozenset(
@@ -231,7 +232,7 @@ def tensor_valued_names(
     """Locals of ``function`` assigned from torch functions, tensor methods, or such locals."""
     assignments = [
         (node.targets if isinstance(node, ast.Assign) else [node.target], node.value)
-        for node in ast.walk(function)
+        for node in walk(function)
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and node.value is not None
     ]
     names: set[str] = set()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from graphmend.analysis.bindings import parameter_names
+from graphmend.analysis.walking import walk
 
 _FunctionScope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 
@@ -96,7 +97,7 @@ class _Collector(ast.NodeVisitor):
     def _visit_comprehension(self, node: ast.AST) -> None:
         # Comprehension targets are local to the comprehension; only walrus
         # targets leak into the enclosing scope.
-        for child in ast.walk(node):
+        for child in walk(node):
             if isinstance(child, ast.NamedExpr) and isinstance(child.target, ast.Name):
                 self._bind(child.target.id, BindingKind.OTHER, child)
             elif isinstance(child, ast.Lambda):

@@ -16,6 +16,7 @@ from typing import ClassVar
 from graphmend.analysis.bindings import bound_before, names_read
 from graphmend.analysis.purity import may_hold_tensor_data, qualified_name, tensor_valued_names
 from graphmend.analysis.scopes import ModuleScopes, Resolution
+from graphmend.analysis.walking import walk
 from graphmend.findings import Decision, Finding, site_source
 
 PREFIX = "_@gm_"
@@ -77,7 +78,7 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
     Nodes copied from the original source keep their own locations, so
     tracebacks and TorchDynamo's messages point at the user's line.
     """
-    for child in ast.walk(node):
+    for child in walk(node):
         if "lineno" in child._attributes and not hasattr(child, "lineno"):
             ast.copy_location(child, like)
     return node
@@ -151,6 +152,7 @@ class ModuleContext:
     """One module being rewritten: its facts, its findings, what it must inject."""
 
     filename: str
+    text: str  # the source, newlines translated
     lines: list[str]
     scopes: ModuleScopes
     imports_torch: bool
@@ -158,7 +160,7 @@ class ModuleContext:
     module_level: list[ast.stmt] = field(default_factory=list)
     _counter: int = 0
     _tensor_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
-    _source_names: frozenset[str] | None = None
+    _text_lines: list[str] = field(default_factory=list)
 
     def tensor_names(self, function: ast.AST, functions: tuple[ast.AST, ...]) -> frozenset[str]:
         """Locals of ``function`` computed from tensor operations (computed once)."""
@@ -182,33 +184,27 @@ class ModuleContext:
         For generated function parameters: TorchDynamo binds arguments with
         ``inspect.signature``, which accepts only identifiers.
         """
-        if self._source_names is None:
-            self._source_names = _identifiers(self.scopes.tree)
         while True:
             self._counter += 1
             name = f"gm_{role}{self._counter}_"
-            if name not in self._source_names:
+            if name not in self.text:  # a name the source uses is in its text
                 return name
+
+    def mentions(self, node: ast.AST, words: Iterable[str]) -> bool:
+        """Whether the source lines of ``node`` hold one of ``words`` (as any text).
+
+        A cheap syntactic pre-scan: a statement or function whose lines hold
+        no ``if`` has no ``if`` statement nor conditional expression in it.
+        """
+        if not self._text_lines:
+            self._text_lines = self.text.split("\n")  # numbered as the parser numbers them
+        start, end = node.lineno - 1, node.end_lineno  # type: ignore[attr-defined]
+        segment = "\n".join(self._text_lines[start:end])
+        return any(word in segment for word in words)
 
     @property
     def changed(self) -> bool:
         return any(finding.rewritten for finding in self.findings)
-
-
-def _identifiers(tree: ast.AST) -> frozenset[str]:
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.Attribute):
-            names.add(node.attr)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".", 1)[0])
-    return frozenset(names)
 
 
 @dataclass(frozen=True)
@@ -232,6 +228,10 @@ class FunctionStatementRewriter:
     """
 
     name: ClassVar[str]
+    #: Keywords the source of every candidate site holds (``if``, ``assert``): a
+    #: function or class whose lines hold none is passed over unread.  Empty
+    #: when a site has no keyword of its own (a call).
+    keywords: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, module: ModuleContext) -> None:
         self.module = module
@@ -325,7 +325,7 @@ class FunctionStatementRewriter:
                 if merged is not None:
                     rewritten.extend(merged)
                     break
-            if is_left_alone(statement):
+            if is_left_alone(statement) or self._without_sites(statement):
                 rewritten.append(statement)
             elif isinstance(statement, ast.FunctionDef | ast.ClassDef):
                 function = statement if isinstance(statement, ast.FunctionDef) else None
@@ -345,6 +345,14 @@ class FunctionStatementRewriter:
             else:
                 rewritten.extend(self._rewrite_in_function(statement))
         return rewritten
+
+    def _without_sites(self, statement: ast.stmt) -> bool:
+        """A definition whose source holds none of :attr:`keywords` (so no site)."""
+        return (
+            bool(self.keywords)
+            and isinstance(statement, ast.FunctionDef | ast.ClassDef)
+            and not self.module.mentions(statement, self.keywords)
+        )
 
     def _never_traced(self, function: ast.FunctionDef) -> bool:
         """A method that builds an object (``__init__``, ``__init_subclass__``): models are

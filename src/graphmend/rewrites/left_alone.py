@@ -1,69 +1,26 @@
-"""What the source asks GraphMend to leave alone, found before any analysis.
+"""The definitions the source asks GraphMend to leave alone, found before any analysis.
 
-* A module holding the comment ``# graphmend: skip-file``
-  (:data:`graphmend.directives.SKIP_FILE`): a byte search first, then the
-  tokenizer confirms that it is a comment (not text in a string).
-* A function or class decorated with ``graphmend.do_not_rewrite``, or a function
-  with ``torch.compiler.disable`` / ``torch._dynamo.disable`` (TorchDynamo never
-  traces such a function nor anything it calls, so a rewrite there could never
-  take effect).  A decorator is recognised by the name it resolves to through
-  the module's imports, as AutoGraph resolves its directives;
-  ``disable(recursive=False)`` skips only the function's own frame, so it is
-  not a reason to leave the function alone.
+A function or class decorated with ``graphmend.do_not_rewrite``, or a function
+with ``torch.compiler.disable`` / ``torch._dynamo.disable`` (TorchDynamo never
+traces such a function nor anything it calls, so a rewrite there could never
+take effect).  A decorator is recognised by the name it resolves to through the
+module's imports, as AutoGraph resolves its directives;
+``disable(recursive=False)`` skips only the function's own frame, so it is not a
+reason to leave the function alone.  (A module marked ``# graphmend: skip-file``
+is found without parsing, by :func:`graphmend.directives.skipped_module`.)
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
-import io
-import re
-import tokenize
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 from graphmend.analysis.purity import qualified_name
 from graphmend.analysis.scopes import ModuleScopes
-from graphmend.directives import SKIP_FILE
+from graphmend.directives import LeftAlone
 
-_MARKER = SKIP_FILE.removeprefix("# ")
-_COMMENT = re.compile(rf"#\s*{re.escape(_MARKER)}\s*")
 _DIRECTIVES = frozenset({"graphmend.do_not_rewrite", "graphmend.directives.do_not_rewrite"})
 _DYNAMO_DISABLES = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
-
-
-@dataclass(frozen=True)
-class LeftAlone:
-    """Where a directive leaves code as written (a definition, or the module), and why."""
-
-    lineno: int
-    col: int
-    qualname: str  # empty for the module
-    reason: str
-
-
-def skipped_module(source: bytes | str) -> LeftAlone | None:
-    """The module's ``# graphmend: skip-file`` comment, found without parsing, or ``None``."""
-    line = _skip_file_line(source)
-    if line is None:
-        return None
-    return LeftAlone(line, 0, "", f"left alone: the module is marked '{SKIP_FILE}'")
-
-
-def _skip_file_line(source: bytes | str) -> int | None:
-    if isinstance(source, bytes):
-        if _MARKER.encode() not in source:
-            return None
-    elif _MARKER not in source:
-        return None
-    try:
-        text = source if isinstance(source, str) else importlib.util.decode_source(source)
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type == tokenize.COMMENT and _COMMENT.fullmatch(token.string):
-                return token.start[0]
-    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
-        pass  # not valid Python: parsing reports it
-    return None
 
 
 _Definition = tuple[ast.FunctionDef | ast.ClassDef, LeftAlone]

@@ -49,6 +49,7 @@ from graphmend.analysis.bindings import (
     used_in_place_after,
 )
 from graphmend.analysis.speculation import BranchFacts, SpeculationChecker, speculation_problem
+from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     Decline,
@@ -113,11 +114,14 @@ class PredicateRewrite(FunctionStatementRewriter):
     """Predicates tensor-valued ``if`` statements and conditional expressions."""
 
     name = "predicate"
+    keywords = ("if",)  # an if statement or a conditional expression
 
     def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
         if isinstance(statement, ast.If):
             return self._rewrite_if(statement, tail=None)
-        if isinstance(statement, ast.Assign | ast.AnnAssign | ast.Return | ast.Expr):
+        if isinstance(
+            statement, ast.Assign | ast.AnnAssign | ast.Return | ast.Expr
+        ) and self.module.mentions(statement, self.keywords):
             return self._rewrite_conditional_expressions(statement)
         return statement
 
@@ -425,7 +429,7 @@ class _Site:
         for name in sorted(self.rewriter.local_reads(reads)):
             if name not in state.assigned and name not in self.bound:
                 raise Decline(f"a branch reads {name}, which may be unbound before the if")
-        for node in ast.walk(reads[0]):
+        for node in walk(reads[0]):
             if (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.ctx, ast.Load)
@@ -729,7 +733,7 @@ def _is_lazy_initialisation(statement: ast.stmt, data: frozenset[str] | set[str]
     owner, name = test.operand.args
     stored = [
         node
-        for node in ast.walk(body.targets[0])
+        for node in walk(body.targets[0])
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
     ]
     return (
@@ -793,7 +797,7 @@ def _is_docstring(statement: ast.stmt) -> bool:
 def _assigned_names(arm: Sequence[ast.stmt]) -> set[str]:
     names: set[str] = set()
     for statement in arm:
-        for node in ast.walk(statement):
+        for node in walk(statement):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
     return names

@@ -64,6 +64,7 @@ class TrapRewrite(FunctionStatementRewriter):
     """Lowers tensor-valued guards to in-graph checks while tracing."""
 
     name = "trap"
+    keywords = ("if", "assert")
 
     def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
         if isinstance(statement, ast.Assert):
