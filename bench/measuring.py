@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from census_report import classify
+from graphmend.breaks import graph_break_log
 
 
 def forward(model: Callable[..., Any], inputs: dict[str, torch.Tensor]) -> Any:
@@ -172,7 +173,7 @@ def compare(
 
 
 class BreakLog(logging.Handler):
-    """Collects Dynamo's ``graph_breaks`` log records, one per break, while active.
+    """Collects Dynamo's ``graph_breaks`` log records, one per break (``graph_break_log``).
 
     Each record gives the reason, Dynamo's debug context and the innermost
     model-code line of the break's user stack.  Dynamo prints the stack only
@@ -184,7 +185,6 @@ class BreakLog(logging.Handler):
         super().__init__(logging.DEBUG)
         self.sites = sites
         self.records: list[dict[str, Any]] = []
-        self._loggers: list[tuple[logging.Logger, bool]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         error = record.exc_info[1] if record.exc_info else None
@@ -214,22 +214,6 @@ class BreakLog(logging.Handler):
             "category": classify(reason, detail, source),
         }
 
-    def __enter__(self) -> BreakLog:
-        torch._logging.set_logs(graph_breaks=True)
-        for name in list(logging.root.manager.loggerDict):
-            if name.endswith(".__graph_breaks"):
-                logger = logging.getLogger(name)
-                self._loggers.append((logger, logger.propagate))
-                logger.addHandler(self)
-                logger.propagate = False
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for logger, propagate in self._loggers:
-            logger.removeHandler(self)
-            logger.propagate = propagate
-        torch._logging.set_logs()
-
 
 @contextlib.contextmanager
 def timed(record: dict[str, Any], key: str) -> Iterator[None]:
@@ -253,7 +237,8 @@ def count_breaks(
     from torch._dynamo.utils import counters
 
     counters.clear()
-    with BreakLog(sites) as log:
+    log = BreakLog(sites)
+    with graph_break_log(log):
         try:
             torch.manual_seed(0)
             with torch.no_grad():

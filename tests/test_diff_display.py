@@ -14,21 +14,9 @@ from graphmend.cli import main
 from graphmend.display import Display
 from graphmend.pipeline import parse, rewrite
 from graphmend.rewrites.common import PREFIX
+from helpers.modules import EVERY_REWRITE
 
-# One site of each rewrite: a predicated branch (T1), a lowered guard (T3), a deferred print (T2).
-MODULE = """
-import torch
-
-def step(x):
-    if x.sum() > 0:
-        y = x * 2
-    else:
-        y = x - 1
-    if (y > 100).any():
-        raise ValueError("too large")
-    print("step", x.shape)
-    return y + 1
-"""
+MODULE = EVERY_REWRITE
 
 BART = "transformers.models.bart.modeling_bart"
 

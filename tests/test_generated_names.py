@@ -10,22 +10,9 @@ import torch
 
 from graphmend.rewrites.common import PREFIX
 from helpers.graphs import compile_and_run
+from helpers.modules import EVERY_REWRITE
 
-# Every kind of module-level injection: the runtime, the tracing check, generated
-# branch functions (T1), a deferred-output function (T2), a lowered guard (T3).
-MODULE = """
-import torch
-
-def step(x):
-    if x.sum() > 0:
-        y = x * 2
-    else:
-        y = x - 1
-    if (y > 100).any():
-        raise ValueError("too large")
-    print("step", x.shape)  # after the guard: output before it would keep its break
-    return y + 1
-"""
+MODULE = EVERY_REWRITE
 
 
 def _star_import(name: str) -> dict[str, object]:

@@ -9,10 +9,11 @@ line, what kind of break remains and what GraphMend decided there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -86,7 +87,8 @@ def observe(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Observat
     TorchDynamo's ``graph_breaks`` log (every break, once per site and kind), since
     each misses some.
     """
-    with _BreakLog() as log:
+    log = _BreakLog()
+    with graph_break_log(log):
         explained = torch._dynamo.explain(function)(*args, **kwargs)
     seen: dict[tuple[str, int], ObservedBreak] = {}
     for reason in explained.break_reasons:
@@ -124,12 +126,11 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
 class _BreakLog(logging.Handler):
-    """TorchDynamo's ``graph_breaks`` log records, as located breaks, while active."""
+    """TorchDynamo's ``graph_breaks`` log records, as located breaks."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.breaks: list[ObservedBreak] = []
-        self._loggers: list[tuple[logging.Logger, bool, int]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -140,20 +141,25 @@ class _BreakLog(logging.Handler):
         if located is not None:
             self.breaks.append(located)
 
-    def __enter__(self) -> _BreakLog:
-        import torch._dynamo.symbolic_convert  # noqa: F401  (creates the artifact logger)
 
-        for name in list(logging.root.manager.loggerDict):
-            if name.endswith(".__graph_breaks"):
-                logger = logging.getLogger(name)
-                self._loggers.append((logger, logger.propagate, logger.level))
-                logger.addHandler(self)
-                logger.propagate = False
-                logger.setLevel(logging.DEBUG)
-        return self
+@contextlib.contextmanager
+def graph_break_log(handler: logging.Handler) -> Iterator[None]:
+    """Hand TorchDynamo's ``graph_breaks`` log records to ``handler``, and to no other
+    handler (nothing is printed), while active."""
+    import torch._dynamo.symbolic_convert  # noqa: F401  (creates the artifact logger)
 
-    def __exit__(self, *exc_info: object) -> None:
-        for logger, propagate, level in self._loggers:
-            logger.removeHandler(self)
+    saved = []
+    for name in list(logging.root.manager.loggerDict):
+        if name.endswith(".__graph_breaks"):
+            logger = logging.getLogger(name)
+            saved.append((logger, logger.propagate, logger.level))
+            logger.addHandler(handler)
+            logger.propagate = False
+            logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        for logger, propagate, level in saved:
+            logger.removeHandler(handler)
             logger.propagate = propagate
             logger.setLevel(level)

@@ -28,3 +28,21 @@ def import_plain(directory: Path, name: str, source: str) -> ModuleType:
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(directory))
+
+
+#: A module with one site of each rewrite: a predicated branch (T1), a lowered guard
+#: (T3), then a deferred print (T2; after the guard, since output before a guard keeps
+#: the guard's break).
+EVERY_REWRITE = """
+import torch
+
+def step(x):
+    if x.sum() > 0:
+        y = x * 2
+    else:
+        y = x - 1
+    if (y > 100).any():
+        raise ValueError("too large")
+    print("step", x.shape)
+    return y + 1
+"""
