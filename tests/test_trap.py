@@ -178,6 +178,23 @@ def test_changing_python_numbers_in_a_message_add_no_break(load_rewritten, write
         assert _outcome(compiled, *args) == _outcome(plain, *args)
 
 
+def test_a_changing_float_in_a_message_recompiles_once_not_for_every_value(
+    load_rewritten, write_module
+):
+    # A float[] operator argument pinned t to its value: a new graph for every t
+    # until the recompile limit.  Where TorchDynamo pins floats itself (torch 2.5),
+    # such a guard keeps its break, as plain compile has it.
+    rewritten = load_rewritten(CHANGING_VALUES).f
+    plain = __import__(write_module(CHANGING_VALUES)).f
+    calls = [(torch.ones(3), 1.5 + index, 3, True) for index in range(12)]
+    graphs, _ = _graphs_and_breaks(rewritten, *calls)
+    plain_graphs, _ = _graphs_and_breaks(plain, *calls)
+    assert graphs <= plain_graphs + 1  # at most once more: when t turns dynamic
+    compiled = torch.compile(rewritten, backend="eager")
+    expected = _outcome(plain, torch.full((3,), 20.0), 0.1 + 0.2, 3, True)
+    assert _outcome(compiled, torch.full((3,), 20.0), 0.1 + 0.2, 3, True) == expected
+
+
 @pytest.mark.inductor
 def test_inductor_raises_the_original_exception(guards):
     torch._dynamo.reset()

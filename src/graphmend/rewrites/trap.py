@@ -130,16 +130,21 @@ class TrapRewrite(FunctionStatementRewriter):
                 return None
         body: list[ast.stmt] = []
         conditions: list[str] = []
-        for guard, (prelude, condition, message_parts) in zip(guards, plans, strict=True):
+        for guard, (prelude, condition, message_parts, formats_names) in zip(
+            guards, plans, strict=True
+        ):
             name = self.module.fresh_name("cond")
             body.extend(prelude)
             body.append(ast.Assign(targets=[store(name)], value=condition))
             earlier = [load(previous) for previous in conditions]
             # The message is built only once the guard can be lowered (short circuit).
+            gates = [runtime_call("lowerable", load(name), *copy.deepcopy(earlier))]
+            if formats_names:
+                gates.append(runtime_call("names_formattable"))
             lowered = ast.BoolOp(
                 op=ast.And(),
                 values=[
-                    runtime_call("lowerable", load(name), *copy.deepcopy(earlier)),
+                    *gates,
                     runtime_call(
                         "lower_guard",
                         load(name),
@@ -171,7 +176,7 @@ class TrapRewrite(FunctionStatementRewriter):
 
     def _plan(
         self, guard: _Guard, ahead_of_time: bool
-    ) -> tuple[list[ast.stmt], ast.expr, list[ast.expr]]:
+    ) -> tuple[list[ast.stmt], ast.expr, list[ast.expr], bool]:
         functions = self.enclosing.functions
         scopes = self.module.scopes
         _check_raise(guard.raise_statement)
@@ -181,10 +186,11 @@ class TrapRewrite(FunctionStatementRewriter):
                 raise Decline(f"the elif condition would run ahead of time, but {problem}")
         _check_exception(guard.exception, scopes, functions)
         bound = self.bound_at(guard.site)
-        message_parts = _Message(scopes, functions, bound).parts(guard.message)
+        message = _Message(scopes, functions, bound)
+        message_parts = message.parts(guard.message)
         translator = ConditionTranslator(scopes, functions, self.module.fresh_name)
         prelude, condition = translator.translate(guard.condition)
-        return prelude, condition, message_parts
+        return prelude, condition, message_parts, message.formats_names
 
 
 def _guard_chain(statement: ast.If) -> tuple[list[_Guard], list[ast.stmt]] | None:
@@ -258,6 +264,12 @@ def _check_exception(
     raise Decline(f"the exception {ast.unparse(exception)} is not a class the source binds once")
 
 
+def _is_name_or_names(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.Tuple):
+        return any(_is_name_or_names(element) for element in expr.elts)
+    return isinstance(expr, ast.Name)
+
+
 class _Message:
     """A guard's message, as parts built at trace time by expressions that cannot fail.
 
@@ -273,6 +285,9 @@ class _Message:
         self.scopes = scopes
         self.functions = functions
         self.bound = bound
+        #: Whether a field formats a name's value itself (``{t}``, ``{(t, n)}``),
+        #: which may be a Python float the caller passes.
+        self.formats_names = False
 
     def parts(self, message: ast.expr | None) -> list[ast.expr]:
         if message is None:
@@ -290,6 +305,7 @@ class _Message:
                 continue
             assert isinstance(part, ast.FormattedValue)
             spec_text = literal_format_spec(part.format_spec)
+            self.formats_names |= _is_name_or_names(part.value)
             parts.append(
                 runtime_call(
                     "text",

@@ -23,7 +23,7 @@ from graphmend.runtime.continuation import continuation
 from graphmend.runtime.deferral import capture, deferred, rebuild, render
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
 from graphmend.runtime.selection import assign_item, branch, store_target
-from graphmend.runtime.traps import exact_text, lower_guard, lowerable, text
+from graphmend.runtime.traps import exact_text, lower_guard, lowerable, names_formattable, text
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
 #: when the code runs eagerly.
@@ -47,6 +47,7 @@ __all__ = [
     "lower_guard",
     "lowerable",
     "metadata",
+    "names_formattable",
     "not_",
     "rebuild",
     "render",

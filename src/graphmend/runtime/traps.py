@@ -146,6 +146,25 @@ def lowerable(condition: Any, *earlier: Any) -> bool:
     return bool(condition) and any(is_scalar_tensor(value) for value in earlier)
 
 
+def names_formattable() -> bool:
+    """Whether a message that formats a name's value (``{t}``) may be built while tracing.
+
+    Not where TorchDynamo pins Python floats to their values (``specialize_float``,
+    torch 2.5's default): reading a float the caller passes would recompile the
+    graph for every new value, where the original guard leaves it out of the graph.
+    """
+    if _floats_pinned():
+        declined("trap", "the message formats a value TorchDynamo would pin (specialize_float)")
+        return False
+    return True
+
+
+def _floats_pinned() -> bool:
+    """``torch._dynamo.config.specialize_float``, read while tracing (marked as a
+    constant-result function)."""
+    return bool(torch._dynamo.config.specialize_float)
+
+
 def exact_text(value: Any) -> str | None:
     """A message given as a name: usable only if it is a string at trace time."""
     return value if type(value) is str else None
@@ -191,7 +210,10 @@ def lower_guard(
         torch._assert_async(torch.logical_not(fires), static)
     else:
         template, ints, floats, bools = _encode(message)  # type: ignore[arg-type]
-        torch.ops.graphmend.raise_if(fires, path, template, ints, floats, bools, has_message)
+        # floats travel as a float64 tensor: a float[] argument would pin a float
+        # TorchDynamo made symbolic to its value, and recompile for every new one
+        carried = torch.tensor(floats, dtype=torch.float64)
+        torch.ops.graphmend.raise_if(fires, path, template, ints, carried, bools, has_message)
     return True
 
 
@@ -248,7 +270,7 @@ def _exception_class(path: str) -> type[BaseException] | None:
 # Written out rather than inferred from annotations: inference differs between
 # torch releases (2.5 and 2.6 refuse ``list[int]``).
 _SCHEMA = (
-    "(Tensor cond, str exception, str template, SymInt[] ints, float[] floats, bool[] bools, "
+    "(Tensor cond, str exception, str template, SymInt[] ints, Tensor floats, bool[] bools, "
     "bool has_message) -> ()"
 )
 
@@ -258,7 +280,7 @@ def _raise_if(
     exception: str,
     template: str,
     ints: list[int],
-    floats: list[float],
+    floats: torch.Tensor,
     bools: list[bool],
     has_message: bool,
 ) -> None:
@@ -267,7 +289,7 @@ def _raise_if(
     exception_class = _exception_class(exception) or RuntimeError
     if not has_message:
         raise exception_class()
-    raise exception_class(_decode(template, ints, floats, bools))
+    raise exception_class(_decode(template, ints, floats.tolist(), bools))
 
 
 def _no_output(*_args: Any) -> None:
@@ -285,6 +307,7 @@ def _define_operator(dynamo: ModuleType) -> None:
     operator.register_fake(_no_output)
     assume_constant_result(dynamo, _exception_path)
     assume_constant_result(dynamo, _asserts_on)
+    assume_constant_result(dynamo, _floats_pinned)
     from torch.fx.node import has_side_effect
 
     has_side_effect(torch.ops.graphmend.raise_if.default)
