@@ -47,7 +47,7 @@ def test_manifest_matches_the_files(bench: Path) -> None:
     from remote_corpus import CORPUS, load_manifest, mismatched_files
 
     manifest = load_manifest()
-    assert len(manifest) >= 14
+    assert len(manifest) >= 15
     for name, family in manifest.items():
         assert mismatched_files(name, family) == [], name
         assert family["licence"] and family["commit"] and family["repository"]
