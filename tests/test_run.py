@@ -115,6 +115,8 @@ CHILDREN = textwrap.dedent(
     import subprocess
     import sys
 
+    import torch.utils.data
+
     PROBE = (
         "import claimed, graphmend.importer; "
         "print(isinstance(claimed.__loader__, graphmend.importer.GraphMendLoader))"
@@ -126,6 +128,13 @@ CHILDREN = textwrap.dedent(
 
         return isinstance(claimed.__loader__, graphmend.importer.GraphMendLoader)
 
+    class Probes(torch.utils.data.Dataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return probe()
+
     if __name__ == "__main__":
         for method in ("spawn", "forkserver"):
             context = multiprocessing.get_context(method)
@@ -135,6 +144,10 @@ CHILDREN = textwrap.dedent(
             [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
         )
         print("subprocess", child.stdout.strip())
+        workers = torch.utils.data.DataLoader(
+            Probes(), num_workers=1, multiprocessing_context="spawn", batch_size=None
+        )
+        print("dataloader worker", next(iter(workers)))
     """
 )
 
@@ -145,7 +158,12 @@ def test_child_processes_install_the_hook_too(project):
     (project / "children.py").write_text(CHILDREN)
     result = run_python("-m", "graphmend", "run", "-p", "claimed", "children.py", cwd=project)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["spawn True", "forkserver True", "subprocess True"]
+    assert result.stdout.splitlines() == [
+        "spawn True",
+        "forkserver True",
+        "subprocess True",
+        "dataloader worker True",
+    ]
 
 
 def test_a_reserved_module_runs_unclaimed_and_its_children_get_the_hook(project):

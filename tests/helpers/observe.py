@@ -81,10 +81,17 @@ def run(program: Program, *, mended: bool, compiled: bool, fullgraph: bool = Fal
         counter = CompileCounter()
         function = torch.compile(module, backend=counter, fullgraph=fullgraph)
         observed = [_call(module, function, logger, call, program.grad) for call in program.calls]
-        breaks = sum(counters["graph_break"].values())
-        return Run(observed, counter.frame_count, breaks)
+        return Run(observed, counter.frame_count, _breaks())
     finally:
         del sys.modules[name]
+
+
+def _breaks() -> int:
+    """The places the compiles since ``counters.clear()`` broke the graph: each break
+    makes a resume function named by its line (TorchDynamo 2.13 counts a break at a
+    data-dependent branch in no ``graph_break`` counter, and makes a resume function
+    again when it restarts an analysis, so the places are counted, not the resumes)."""
+    return len(counters["resumes"])
 
 
 def _call(
