@@ -94,7 +94,8 @@ def _dense_copy(tensor: torch.Tensor) -> torch.Tensor:
 
 def _capture(context: Any) -> None:
     """Runs in Python while TorchDynamo traces :func:`continuation`: ``torch.cond``
-    through TorchDynamo's own handler; its result becomes the local ``merged``."""
+    through TorchDynamo's own handler, its operands' layout pinned for TorchInductor
+    (:mod:`graphmend.runtime.cond_layout`); its result becomes the local ``merged``."""
     from torch._dynamo import exc
 
     # TorchDynamo's own control flow (restart the analysis, skip the frame) must pass;
