@@ -52,6 +52,31 @@ class Counting(Attention):
             attention_mask = None
         self.calls += 1
         return self.o(self.inner(x, attention_mask))
+
+
+# ChatGLM's layout: hidden states [seq, batch, hidden], made by a transposed copy.
+class SequenceFirst(Attention):
+
+    def forward(self, x, attention_mask=None):
+        x = x.transpose(0, 1).contiguous()
+        if torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+        else:
+            attention_mask = None
+        return self.o(self.inner(x.transpose(0, 1), attention_mask))
+
+
+# The branch updates in place a tensor the module keeps, made in the graph.
+class UpdatingAState(Attention):
+
+    def forward(self, x, attention_mask=None):
+        self.state = x.sum(-1)
+        if torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+        else:
+            attention_mask = None
+        self.state.add_(1)
+        return self.o(self.inner(x, attention_mask))
 """
 
 X = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0))
@@ -96,6 +121,69 @@ def test_mask_or_none_under_inductor(modules) -> None:
     with torch.no_grad():
         for mask in (PADDED, FULL):
             torch.testing.assert_close(compiled(X, mask), plain(X, mask))
+
+
+@pytest.mark.inductor
+def test_an_operand_computed_with_another_layout_runs_under_inductor(modules) -> None:
+    """TorchInductor lays out ``x.transpose(0, 1).contiguous()`` transposed, and the
+    branch it hands the cond asserts the traced (contiguous) strides: the operand's
+    layout is pinned before the cond."""
+    plain, mended = _pair(modules, "SequenceFirst")
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True)
+    with torch.no_grad():
+        for mask in (PADDED, FULL):
+            torch.testing.assert_close(compiled(X, mask), plain(X, mask))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_pinned_operand_keeps_its_values_and_strides(modules, backend) -> None:
+    plain, mended = _pair(modules, "SequenceFirst")
+    graphs = []
+
+    def keeping(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return torch._dynamo.backends.registry.lookup_backend(backend)(graph_module, example_inputs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True, backend=keeping)
+    with torch.no_grad():
+        for mask in (PADDED, FULL):
+            assert torch.equal(compiled(X, mask), plain(X, mask))
+    pins = [
+        node
+        for node in graphs[0].graph.nodes
+        if node.target is torch.ops.prims.inductor_force_stride_order.default
+    ]
+    assert [pin.args[1] for pin in pins] == [[32, 16, 1]]
+
+
+def test_a_pinned_operand_of_dynamic_shape_keeps_its_values(modules) -> None:
+    """With symbolic sizes the strides the pin asks for are read in the graph."""
+    plain, mended = _pair(modules, "SequenceFirst")
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True, dynamic=True, backend="aot_eager")
+    with torch.no_grad():
+        for length in (5, 7):
+            x, full = torch.randn(2, length, 16), torch.ones(2, length, dtype=torch.long)
+            padded = full.clone()
+            padded[0, -2:] = 0
+            for mask in (padded, full):
+                assert torch.equal(compiled(x, mask), plain(x, mask))
+
+
+def test_an_operand_updated_in_place_keeps_the_original_break(modules) -> None:
+    """Pinning would update a copy: the cond is taken out of the graph again."""
+    plain, mended = _pair(modules, "UpdatingAState")
+    fallbacks.clear()
+    with torch.no_grad():
+        before = compile_and_run(plain, X, PADDED)
+        after = compile_and_run(mended, X, PADDED)
+        assert (after.graphs, after.breaks) == (before.graphs, before.breaks)
+        assert torch.equal(after.result, before.result)
+        assert torch.equal(mended.state, plain.state)
+    reasons = [f.reason for f in fallbacks.records() if f.rewrite == "continuation"]
+    assert reasons and "updates" in reasons[0], reasons
 
 
 def test_a_rest_cond_cannot_capture_keeps_the_original_break(modules) -> None:

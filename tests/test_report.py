@@ -90,7 +90,7 @@ def test_a_module_not_claimed_is_not_in_scope_and_says_what_would_change(
     report = graphmend.report(module.Model(), torch.ones(2, 4))
     entry = _by_source(report)["if x.sum() > 0:"]
     assert entry.verdict is Verdict.NOT_IN_SCOPE
-    assert "GraphMend would rewrite this site (predicate)" in entry.why
+    assert "GraphMend would rewrite this site (predicate, continuation)" in entry.why
     assert "GRAPHMEND_PACKAGES='report_unclaimed'" in entry.hint
 
 

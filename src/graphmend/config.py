@@ -8,8 +8,8 @@ configure a process (a serving container, each ``torchrun`` rank):
                           the default scope, or applies exclusions alone to it
 ``GRAPHMEND_CACHE_DIR``   cache directory (default: the user cache directory)
 ``GRAPHMEND_CACHE``       ``0`` turns the bytecode cache off
-``GRAPHMEND_REWRITES``    comma-separated rewrites to run (unset: predicate, trap and
-                          defer; empty: none; ``continuation`` only when named)
+``GRAPHMEND_REWRITES``    comma-separated rewrites to run (unset: all of them; empty:
+                          none)
 ``GRAPHMEND_LOG``         ``debug`` writes one line per claimed module to stderr
 ``GRAPHMEND_CUDA_GUARDS`` ``sync``: lowered guards raise the original exception on
                           CUDA too (default ``async``: ``torch._assert_async``)
@@ -46,10 +46,8 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 
 #: The rewrites GraphMend knows, in the order the pipeline applies them.
 ALL_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer", "continuation")
-#: The rewrites run unless ``GRAPHMEND_REWRITES`` says otherwise.  Continuation
-#: predication is asked for by name: TorchInductor (torch 2.13) fails to compile some
-#: models it makes one graph of (see the README).
-DEFAULT_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer")
+#: The rewrites run unless ``GRAPHMEND_REWRITES`` says otherwise: all of them.
+DEFAULT_REWRITES: tuple[str, ...] = ALL_REWRITES
 
 #: The values of a switch such as ``GRAPHMEND`` or ``GRAPHMEND_CACHE`` (any case).
 ON_WORDS: tuple[str, ...] = ("1", "true", "yes", "on")

@@ -32,6 +32,7 @@ from typing import Any
 
 from graphmend.activation import current
 from graphmend.breaks import Observation, ObservedBreak, observe
+from graphmend.config import ALL_REWRITES as REWRITE_NAMES
 from graphmend.config import Config, ConfigError
 from graphmend.discovery import ModuleFile
 from graphmend.explain import ModuleReport, TargetError, analyse
@@ -226,9 +227,10 @@ class _Decider:
         left_alone = static.left_alone(statement)
         if module is None or not self._claims(module):
             claimed = "not claimed by the patterns " + ", ".join(self._config.packages)
-            would = [f for f in findings if f.rewritten]
+            rewritten = {f.rewrite for f in findings if f.rewritten}
+            would = ", ".join(name for name in REWRITE_NAMES if name in rewritten)
             if would:
-                claimed += f"; GraphMend would rewrite this site ({would[0].rewrite})"
+                claimed += f"; GraphMend would rewrite this site ({would})"
             hint = _HINTS[Verdict.NOT_IN_SCOPE].format(module=name, target=observed.filename)
             return Verdict.NOT_IN_SCOPE, f"module {name} is {claimed}", hint
         if left_alone is not None:

@@ -14,7 +14,7 @@ from graphmend.config import ALL_REWRITES, Config
 
 def import_rewritten(directory: Path, name: str, source: str) -> ModuleType:
     """Write ``source`` as module ``name`` in ``directory`` and import it, claimed by the hook
-    with every rewrite (continuation predication, asked for by name, included)."""
+    with every rewrite."""
     config = Config(packages=(name,), cache_dir=directory / "cache", rewrites=ALL_REWRITES)
     with install_config(config):
         return import_plain(directory, name, source)

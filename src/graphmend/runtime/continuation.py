@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from graphmend.runtime import cond_layout
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined, record_at
 
@@ -93,7 +94,8 @@ def _dense_copy(tensor: torch.Tensor) -> torch.Tensor:
 
 def _capture(context: Any) -> None:
     """Runs in Python while TorchDynamo traces :func:`continuation`: ``torch.cond``
-    through TorchDynamo's own handler; its result becomes the local ``merged``."""
+    through TorchDynamo's own handler, its operands' layout pinned for TorchInductor
+    (:mod:`graphmend.runtime.cond_layout`); its result becomes the local ``merged``."""
     from torch._dynamo import exc
 
     # TorchDynamo's own control flow (restart the analysis, skip the frame) must pass;
@@ -106,6 +108,9 @@ def _capture(context: Any) -> None:
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
         saved_effects = tracer.output.side_effects.clone()
+        graph = tracer.output.graph
+        versions = cond_layout.tensor_versions(graph)
+        before = set(graph.nodes)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
@@ -118,6 +123,18 @@ def _capture(context: Any) -> None:
         # happen: the original code does it again.
         tracer.output.side_effects = saved_effects
         record_at(context, "continuation", f"torch.cond cannot capture it: {_first_line(error)}")
+        return
+    added = [node for node in graph.nodes if node not in before]
+    try:
+        for cond in (node for node in added if node.target is torch.ops.higher_order.cond):
+            cond_layout.pin_operands(graph, cond, versions)
+    except cond_layout.Unpinnable as error:
+        # Nothing of the attempt may stay: the original code runs instead.
+        for node in reversed(added):
+            if node.op != "placeholder":
+                tracer.output.remove_node(node)
+        tracer.output.side_effects = saved_effects
+        record_at(context, "continuation", f"TorchInductor could not run the torch.cond: {error}")
         return
     frame_locals["merged"] = result
 
