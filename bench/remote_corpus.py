@@ -54,7 +54,14 @@ def mismatched_files(name: str, family: dict[str, Any], corpus: Path = CORPUS) -
 
 
 def build(name: str, family: dict[str, Any], corpus: Path = CORPUS) -> Any:
-    """The family's model from its tiny config, seeded random weights, fp32, eval mode."""
+    """The family's model from its tiny config, seeded random weights, fp32, eval mode.
+
+    Some published code makes parameters with ``torch.empty`` that its own weight
+    initialisation never fills (ChatGLM2/3, DeepSeek-V3's ``e_score_correction_bias``):
+    left alone they hold whatever memory held, so outputs were NaN in some families and
+    expert routing changed from run to run.  They are made NaN while the model is built
+    and then drawn from a seeded normal distribution.
+    """
     import torch
     import transformers
 
@@ -62,7 +69,30 @@ def build(name: str, family: dict[str, Any], corpus: Path = CORPUS) -> Any:
     config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
     auto_class = getattr(transformers, family["auto_class"])
     torch.manual_seed(0)
-    return auto_class.from_config(config, trust_remote_code=True).float().eval()
+    fill, deterministic = (
+        torch.utils.deterministic.fill_uninitialized_memory,
+        (torch.are_deterministic_algorithms_enabled()),
+    )
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        model = auto_class.from_config(config, trust_remote_code=True).float().eval()
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    _initialise_unset(model)
+    return model
+
+
+def _initialise_unset(model: Any) -> None:
+    """Draw each parameter holding a NaN from a seeded normal(0, 0.02)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.is_floating_point() and parameter.isnan().any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
 
 
 def inputs_for(model: Any) -> dict[str, Any]:
