@@ -20,6 +20,7 @@ from torch import nn
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
+from graphmend.config import DEFAULT_REWRITES
 from graphmend.pipeline import compile_module, rewrite
 from helpers.programs import Call, Program
 
@@ -52,12 +53,12 @@ class Run:
 
 def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, logging.Logger]:
     """The program's module ``M`` (built from a fixed seed) and its logger, from the
-    original source or rewritten by every GraphMend rewrite, executed as module ``name``
+    original source or rewritten by the default rewrites, executed as module ``name``
     in ``sys.modules`` (GraphMend's runtime finds exception classes there)."""
     module = types.ModuleType(name)
     sys.modules[name] = module
     if mended:
-        result = rewrite(program.source, FILENAME, {"predicate", "trap", "defer"})
+        result = rewrite(program.source, FILENAME, DEFAULT_REWRITES)
         code = compile_module(result.tree, FILENAME)
     else:
         code = compile(program.source, FILENAME, "exec", dont_inherit=True)
