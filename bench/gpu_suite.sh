@@ -13,8 +13,8 @@
 # GraphMend removes: in float32 (XLM's length assert, the Nemotron ASR encoder's
 # logging) and in float16 (BART's and NLLB-MoE's overflow clamps);
 # MODELS_FP32 and MODELS_FP16 override them.  Then the torch.cond cases:
-# continuation predication asked for (GRAPHMEND_REWRITES), on the remote-code
-# families whose branches only torch.cond merges (ChatGLM2/3 of bench/remote_corpus,
+# continuation predication on the remote-code families whose branches only
+# torch.cond merges (ChatGLM2/3 of bench/remote_corpus,
 # which need transformers 4.x), with and without CUDA graphs: under TorchInductor a
 # cond reads its predicate on the host, so the CUDA-graph skips are the figure to
 # read; MODELS_COND overrides them.
@@ -48,8 +48,7 @@ done
 
 for mode in reduce-overhead default; do
     name="perf-cuda-$mode-float16-cond"
-    GRAPHMEND_REWRITES=predicate,trap,defer,continuation \
-        timeout 80 python3 bench/perf.py --models "$models_cond" --device cuda --mode "$mode" \
+    timeout 80 python3 bench/perf.py --models "$models_cond" --device cuda --mode "$mode" \
         --dtype float16 --repeats 1 --calls 50 --timeout 35 --json "$out/$name.json" \
         | tee "$out/$name.txt" || echo "perf.py --mode $mode cond cases stopped: $?"
 done
