@@ -172,32 +172,31 @@ def test_a_pinned_operand_of_dynamic_shape_keeps_its_values(modules) -> None:
                 assert torch.equal(compiled(x, mask), plain(x, mask))
 
 
-def test_an_operand_updated_in_place_keeps_the_original_break(modules) -> None:
-    """Pinning would update a copy: the cond is taken out of the graph again."""
-    plain, mended = _pair(modules, "UpdatingAState")
+def _kept_break(modules, name: str):
+    """The class ``name`` plain and rewritten, compiled and run in inference on the
+    padded mask: the same graphs, breaks and result; the reasons continuation gave."""
+    plain, mended = _pair(modules, name)
     fallbacks.clear()
     with torch.no_grad():
         before = compile_and_run(plain, X, PADDED)
         after = compile_and_run(mended, X, PADDED)
-        assert (after.graphs, after.breaks) == (before.graphs, before.breaks)
-        assert torch.equal(after.result, before.result)
-        assert torch.equal(mended.state, plain.state)
-    reasons = [f.reason for f in fallbacks.records() if f.rewrite == "continuation"]
+    assert (after.graphs, after.breaks) == (before.graphs, before.breaks)
+    assert torch.equal(after.result, before.result)
+    return plain, mended, [f.reason for f in fallbacks.records() if f.rewrite == "continuation"]
+
+
+def test_an_operand_updated_in_place_keeps_the_original_break(modules) -> None:
+    """Pinning would update a copy: the cond is taken out of the graph again."""
+    plain, mended, reasons = _kept_break(modules, "UpdatingAState")
+    assert torch.equal(mended.state, plain.state)
     assert reasons and "updates" in reasons[0], reasons
 
 
 def test_a_rest_cond_cannot_capture_keeps_the_original_break(modules) -> None:
     """An attribute store in the rest of the function: torch.cond would stop the whole
     compilation; the check made while tracing finds it first."""
-    plain, mended = _pair(modules, "Counting")
-    fallbacks.clear()
-    with torch.no_grad():
-        before = compile_and_run(plain, X, PADDED)
-        after = compile_and_run(mended, X, PADDED)
-        assert (after.graphs, after.breaks) == (before.graphs, before.breaks)
-        assert torch.equal(after.result, before.result)
+    plain, mended, reasons = _kept_break(modules, "Counting")
     assert mended.calls == plain.calls == 1
-    reasons = [f.reason for f in fallbacks.records() if f.rewrite == "continuation"]
     assert reasons and reasons[0].startswith("torch.cond cannot capture it"), reasons
 
 
