@@ -218,7 +218,13 @@ def test_a_bad_value_is_an_error_naming_the_variable_and_the_value(variable, val
 
 @pytest.mark.parametrize(
     ("variable", "value"),
-    [("GRAPHMEND", "disabled"), ("GRAPHMEND_CUDA_GUARDS", "bogus"), ("GRAPHMEND_PACKAGES", ",,,")],
+    [
+        ("GRAPHMEND", "disabled"),
+        ("GRAPHMEND", "none"),
+        ("GRAPHMEND", "n"),
+        ("GRAPHMEND_CUDA_GUARDS", "bogus"),
+        ("GRAPHMEND_PACKAGES", ",,,"),
+    ],
 )
 def test_a_bad_value_at_startup_leaves_the_hook_out_with_one_line(variable, value):
     result = run_python(
