@@ -561,3 +561,35 @@ def test_the_if_prescan_numbers_lines_as_the_parser(separator, encoded):
         source = source.replace("\n", "\r")
     result = rewrite(source.encode() if encoded else source, "m.py", ["predicate"])
     assert [finding.decision for finding in result.findings] == [Decision.REWRITTEN]
+
+
+def test_a_conditional_expression_that_cannot_be_merged_falls_back_to_its_own_branches(
+    load_rewritten,
+):
+    # Calling the branch functions there kept them live across the break: TorchDynamo
+    # then guarded the resumed frame on the id of their code object, a guard that
+    # failed on later calls in long runs (one graph more than plain).
+    source = "import torch\n\ndef f(x, w):\n    return x @ w if x.sum() > 0 else x[:1]\n"
+    tree = rewrite(source, "m.py", {"predicate"}).tree
+    [branch] = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "branch"
+    ]
+    handed_over = {id(node) for node in ast.walk(branch)}
+    generated = ("_@gm_then", "_@gm_else")
+    read_elsewhere = [
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name)
+        and isinstance(node.ctx, ast.Load)
+        and node.id.startswith(generated)
+        and id(node) not in handed_over
+    ]
+    assert read_elsewhere == []
+    assert "x @ w if _@gm_cond1 else x[:1]" in ast.unparse(tree)
+    module = load_rewritten(source)
+    compiled = torch.compile(module.f, backend="eager")
+    w = torch.eye(3)
+    for x in (torch.ones(2, 3), -torch.ones(2, 3)):
+        assert torch.equal(compiled(x, w), x @ w if x.sum() > 0 else x[:1])

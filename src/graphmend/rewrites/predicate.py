@@ -626,7 +626,6 @@ class _ConditionalExpressions(ast.NodeTransformer):
         )
         names = module.fresh_names("then", "else", "cond", "merged")
         branches: list[ast.expr] = []
-        calls: list[ast.expr] = []  # each branch function called, for the fallback
         for label, value in (("then", node.body), ("else", node.orelse)):
             checker.expression(value)
             parameters = sorted(self.rewriter.local_reads([value]))
@@ -637,7 +636,6 @@ class _ConditionalExpressions(ast.NodeTransformer):
             function = make_function(name, parameters, [ast.Return(value=_tuple([value]))], [])
             self.definitions.append(locate(function, self.statement))  # type: ignore[arg-type]
             branches += [load(name), _tuple(load(p) for p in parameters)]
-            calls.append(_first(ast.Call(load(name), [load(p) for p in parameters], [])))
         if checker.facts.problem is not None:
             raise Decline(f"a value cannot be computed ahead of time: {checker.facts.problem}")
         prelude, condition = self.rewriter.translate_condition(node.test)
@@ -655,8 +653,13 @@ class _ConditionalExpressions(ast.NodeTransformer):
         )
         merged = ast.NamedExpr(target=store(names["merged"]), value=call)
         # Not exact to merge: the original choice, on the host, in this frame (the
-        # original graph break; inside a helper it would split the graph once more).
-        fallback = ast.IfExp(test=load(names["cond"]), body=calls[0], orelse=calls[1])
+        # original graph break; inside a helper it would split the graph once more),
+        # and the original branches, not the branch functions: a function still live
+        # at the break makes TorchDynamo guard the resumed frame on the id of its code
+        # object, a guard that failed on later calls in long runs (a recompile, one
+        # graph more than plain).
+        original = copy.deepcopy(node)
+        fallback = ast.IfExp(test=load(names["cond"]), body=original.body, orelse=original.orelse)
         return ast.IfExp(
             test=ast.Compare(left=merged, ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
             body=_first(load(names["merged"])),
