@@ -145,6 +145,32 @@ def test_install_honours_exclusions(tmp_path, monkeypatch):
     assert loaders["skip.inner"] is not GraphMendLoader
 
 
+def test_exclusions_in_the_environment_reach_a_new_process(tmp_path, monkeypatch):
+    # GRAPHMEND=1 with GRAPHMEND_PACKAGES='pkg,!pkg.skip', as a serving container sets it.
+    _package(tmp_path, monkeypatch, "gm_env_excl")
+    probe = (
+        "import importlib\n"
+        "for name in ('keep', 'skip', 'skip.inner'):\n"
+        "    module = importlib.import_module('gm_env_excl.' + name)\n"
+        "    print(name, type(module.__loader__).__name__)\n"
+    )
+    result = run_python(
+        "-c",
+        probe,
+        env={
+            "GRAPHMEND": "1",
+            "GRAPHMEND_PACKAGES": "gm_env_excl,!gm_env_excl.skip",
+            "PYTHONPATH": str(tmp_path / "pkgs"),
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "keep GraphMendLoader",
+        "skip SourceFileLoader",
+        "skip.inner SourceFileLoader",
+    ]
+
+
 def test_exclusions_alone_narrow_the_default_scope(monkeypatch):
     bart = "!transformers.models.bart.*"
     assert Config().with_packages([bart]).packages == (*DEFAULT_PACKAGES, bart)
