@@ -199,6 +199,12 @@ COUNTEREXAMPLES = {
         (Call(((1.0, 2.0, 0.0, 0.0),), 0.5), Call(((-1.0, 0.0, 0.0, 0.0),), 1.5)),
         grad=False,
     ),
+    "10.16-output-deferred-past-a-guard-moves-the-break": Program(
+        'logger.info("n=%d", x.shape[0])\nassert x.sum() < 1.0\n'
+        'logger.info("n=%d", x.shape[0])\nassert x.sum() < 1.0\n'
+        "x = x + self.buf.mean()\nreturn x.to(torch.int64)\n",
+        (Call(((0.5, 2.0, 0.0, 4.0),), 2.5), Call(((4.0, -1.0, 0.5, -3.0),), 1.5)),
+    ),
     "identical-tuples-returned-by-both-arms": Program(
         "if (x > 1.0).any():\n    return (x, self.buf)\nelse:\n    return (x, self.buf)\n",
         (Call(((-1.0, 0.0, -3.0, 0.0), (0.5, 0.0, 0.5, 2.0)), 2.5),),

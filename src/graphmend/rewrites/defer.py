@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from graphmend.analysis import output_calls
 from graphmend.analysis.output_calls import NotProven, OutputCall, OutputKind
 from graphmend.analysis.scopes import BindingKind, Resolution
+from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     RUNTIME,
@@ -94,6 +95,15 @@ class DeferRewrite(FunctionStatementRewriter):
                 "see the call's exceptions after the graph",
             )
             return statement
+        if self._guard_follows(statement):
+            self.record(
+                statement,
+                Decision.DECLINED,
+                "a guard on tensor data may run after it in this function: the output must "
+                "appear before the guard's exception, so the guard would keep a graph break "
+                "instead of this call (one graph more than without GraphMend)",
+            )
+            return statement
         try:
             plan = _Planner(self, found, statement.value).plan()
         except Decline as reason:
@@ -110,6 +120,29 @@ class DeferRewrite(FunctionStatementRewriter):
         )
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
         return dual_path(statement, plan.tracing_path(function_name, self.module.fresh_name))
+
+    def _guard_follows(self, statement: ast.stmt) -> bool:
+        """Whether a guard on tensor data (``assert``, an ``if`` that only raises) may
+        run after ``statement`` in its function: later in the source, or anywhere in
+        the function when a loop holds the statement."""
+        nodes = walk(self.enclosing.functions[-1])
+        in_loop = any(
+            isinstance(node, ast.For | ast.AsyncFor | ast.While) and statement in walk(node)
+            for node in nodes
+        )
+        return any(
+            (in_loop or node.lineno > statement.lineno) and self.may_hold_tensor_data(test)
+            for node in nodes
+            if (test := _guard_test(node)) is not None
+        )
+
+
+def _guard_test(node: ast.AST) -> ast.expr | None:
+    if isinstance(node, ast.Assert):
+        return node.test
+    if isinstance(node, ast.If) and len(node.body) == 1 and isinstance(node.body[0], ast.Raise):
+        return node.test
+    return None
 
 
 @dataclass
