@@ -66,6 +66,7 @@ def build(name: str, family: dict[str, Any], corpus: Path = CORPUS) -> Any:
     import transformers
 
     folder = str(corpus / name)
+    _stage_modules(name, family, corpus)
     config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
     auto_class = getattr(transformers, family["auto_class"])
     torch.manual_seed(0)
@@ -82,6 +83,23 @@ def build(name: str, family: dict[str, Any], corpus: Path = CORPUS) -> Any:
         torch.utils.deterministic.fill_uninitialized_memory = fill
     _initialise_unset(model)
     return model
+
+
+def _stage_modules(name: str, family: dict[str, Any], corpus: Path) -> None:
+    """Put every published file of the family in the dynamic-module cache beforehand.
+
+    From a local folder transformers copies only the files the model file imports
+    itself; from the Hub it fetches imports of imports too (MOSS's quantization code
+    imports ``custom_autotune``).  Staging all of them loads the folder as the Hub would.
+    """
+    from transformers.utils import HF_MODULES_CACHE
+
+    staged = Path(HF_MODULES_CACHE) / "transformers_modules" / name
+    staged.mkdir(parents=True, exist_ok=True)
+    for entry in family["files"]:
+        target = staged / entry["file"]
+        if not target.exists():
+            target.write_bytes((corpus / name / entry["file"]).read_bytes())
 
 
 def _initialise_unset(model: Any) -> None:
