@@ -15,7 +15,9 @@
 # MODELS_FP32 and MODELS_FP16 override them.  Then the torch.cond cases:
 # continuation predication on the remote-code families whose branches only
 # torch.cond merges (ChatGLM2/3 of bench/remote_corpus,
-# which need transformers 4.x), with and without CUDA graphs: under TorchInductor a
+# which need transformers 4.x; their published files are fetched beforehand with
+# bench/remote_corpus_fetch.py, and carried to a machine without network), with and
+# without CUDA graphs: under TorchInductor a
 # cond reads its predicate on the host, so the CUDA-graph skips are the figure to
 # read; MODELS_COND overrides them.
 set -euo pipefail

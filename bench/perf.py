@@ -123,9 +123,16 @@ def remote_subject(family: str, state: Path) -> Any:
 
     import torch
 
-    from remote_corpus import build, inputs_for, load_manifest
+    from remote_corpus import build, inputs_for, load_manifest, mismatched_files
 
-    model = build(family, load_manifest()[family])
+    manifest = load_manifest()
+    missing = mismatched_files(family, manifest[family])
+    if missing:
+        raise SystemExit(
+            f"{REMOTE}{family}: {', '.join(missing)} not fetched: "
+            "python bench/remote_corpus_fetch.py"
+        )
+    model = build(family, manifest[family])
     if state.exists():
         saved = torch.load(state)
         model.load_state_dict(saved["state_dict"], strict=True)

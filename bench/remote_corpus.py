@@ -1,7 +1,8 @@
 """Graph breaks of real ``trust_remote_code`` models, with and without GraphMend.
 
 Each family in ``bench/remote_corpus/manifest.json`` (published model files,
-byte for byte, and a tiny ``config.json`` of ours) is loaded offline through
+byte for byte, fetched by ``remote_corpus_fetch.py``, and a tiny ``config.json`` of
+ours) is loaded offline through
 transformers (``AutoConfig.from_pretrained(folder, trust_remote_code=True)``,
 then ``from_config``) and measured by ``measuring.measure``: eagerly, under
 ``torch._dynamo.explain`` (breaks with reasons, category and innermost
@@ -290,7 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wrong = {name: mismatched_files(name, manifest[name]) for name in names}
     if any(wrong.values()):
-        print(f"files differ from the manifest: {wrong}", file=sys.stderr)
+        missing = "; ".join(f"{name}: {', '.join(files)}" for name, files in wrong.items() if files)
+        print(
+            f"published files missing or not as in the manifest ({missing}): "
+            "python bench/remote_corpus_fetch.py fetches them",
+            file=sys.stderr,
+        )
         return 2
     version = importlib.metadata.version("transformers")
     out = options.out or Path(__file__).parent / "results" / f"remote-corpus-{version}"

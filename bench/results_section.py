@@ -216,8 +216,10 @@ def render() -> list[str]:
         *subsection(
             "Real `trust_remote_code` models",
             "Model families whose code lives in their Hub repositories, not in transformers: "
-            "the published files byte for byte (`bench/remote_corpus/manifest.json` gives "
-            "repository, commit and sha256 of each), a tiny config of ours, loaded offline "
+            "the published files byte for byte, which this repository does not hold "
+            "(`bench/remote_corpus/manifest.json` gives repository, commit and sha256 of "
+            "each; `python bench/remote_corpus_fetch.py` fetches and checks them), a tiny "
+            "config of ours, loaded offline "
             "with `trust_remote_code=True` and measured as in the census, with and without "
             "GraphMend (`bench/remote_corpus.py`). Much of this code runs only on "
             "transformers 4.x.",

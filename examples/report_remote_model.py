@@ -2,7 +2,8 @@
 
     python -m graphmend report --compare examples/report_remote_model.py bench/remote_corpus/chatglm3
 
-Loads the family's published model files offline (transformers copies them into
+Fetch the published model files first (``python bench/remote_corpus_fetch.py``:
+they are not part of this repository).  Loads them offline (transformers copies them into
 its dynamic-module cache), with the corpus's tiny config and random weights, and
 calls it on a padded batch, as a serving stack would with fullgraph=True.
 """
