@@ -210,7 +210,10 @@ def render() -> list[str]:
             "Every model type in transformers' auto mappings that builds from a tiny config "
             "with random weights, with and without GraphMend, the same weights in both arms "
             "(`bench/census.py`; breaks counted completely, `fullgraph=True` compiled with the "
-            "eager backend, outputs compared bitwise).",
+            "eager backend, outputs compared bitwise). Breaks are counted in TorchDynamo's "
+            "default mode; with `fullgraph=True`, torch 2.13 also captures what breaks there "
+            "as a host value (`.item()`) or a data-dependent shape (`nonzero`), so a model "
+            "with such breaks may still compile as one graph.",
             [line for folder in censuses for line in census_section(folder)],
         ),
         *subsection(
