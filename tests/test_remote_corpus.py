@@ -180,7 +180,7 @@ def test_fetch_keeps_what_is_in_place_when_the_source_cannot_be_read(
     assert mismatched_files(FAMILY, family, corpus) == [missing]
 
 
-def test_fetch_command_exits_1_and_says_what_is_missing(bench: Path, tmp_path: Path) -> None:
+def test_fetch_command_says_when_a_pattern_matches_no_family(bench: Path, tmp_path: Path) -> None:
     source = (tmp_path / "nowhere").as_uri() + "/{repository}/{commit}/{path}"
     script = str(BENCH / "remote_corpus_fetch.py")
     completed = run_python(script, "--only", "^no-such-family$", "--source", source)
