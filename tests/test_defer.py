@@ -285,13 +285,6 @@ def findings_for(source: str):
             """,
             "format spec computed at run time",
         ),
-        (
-            """
-            def f(x):
-                print(x)
-            """,
-            "does not import torch",
-        ),
     ],
 )
 def test_declined_sites_say_why(source, reason):

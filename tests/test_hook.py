@@ -7,6 +7,7 @@ import importlib
 import importlib.resources
 import importlib.util
 import inspect
+import os
 import pickle
 import sys
 import traceback
@@ -214,3 +215,92 @@ def test_compiled_claimed_module_runs_as_one_graph(write_module, cache_dir, caps
     compiled = compile_and_run(module.shout, torch.ones(2), fullgraph=True)
     assert compiled.graphs == 1
     assert capsys.readouterr().out == "value tensor([1., 1.])\n"
+
+
+WITHOUT_TORCH = """
+import logging
+
+logger = logging.getLogger("gm_config")
+
+
+class Config:
+    return_dict = True
+
+    @property
+    def use_return_dict(self):
+        logger.warning("use_return_dict is deprecated")
+        return self.return_dict
+
+
+def scale(x, config):
+    return x * 2 if config.use_return_dict else x
+"""
+
+
+def test_a_module_without_torch_is_rewritten_for_the_torch_code_that_calls_it(
+    write_module, cache_dir, caplog
+):
+    # A configuration read in forward (transformers 5.x warns on `config.use_return_dict`):
+    # the module never imports torch, but its code is traced when torch code calls it.
+    from helpers.graphs import compile_and_run
+
+    plain = importlib.import_module(write_module(WITHOUT_TORCH))
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        compile_and_run(plain.scale, torch.ones(2), plain.Config(), fullgraph=True)
+    name = write_module(WITHOUT_TORCH)
+    _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    caplog.clear()
+    compiled = compile_and_run(module.scale, torch.ones(2), module.Config(), fullgraph=True)
+    assert compiled.graphs == 1
+    assert torch.equal(compiled.result, torch.full((2,), 2.0))
+    assert [record.getMessage() for record in caplog.records] == ["use_return_dict is deprecated"]
+
+
+LATE_TORCH = """
+import logging
+import sys
+
+import graphmend
+
+logging.basicConfig(format="%(message)s", stream=sys.stdout)
+graphmend.install([{name!r}])
+import {name} as module
+
+print("torch imported:", "torch" in sys.modules)
+print("eager", module.Config().use_return_dict)
+import torch
+
+graphs = []
+
+
+def count(graph, example_inputs):
+    graphs.append(graph)
+    return graph.forward
+
+
+compiled = torch.compile(module.scale, backend=count, fullgraph=True)
+print("compiled", compiled(torch.ones(2), module.Config()).tolist(), "graphs", len(graphs))
+"""
+
+
+def test_a_module_without_torch_does_not_import_it_and_binds_it_once_imported(
+    write_module, cache_dir, tmp_path
+):
+    from helpers.processes import run_python
+
+    name = write_module(WITHOUT_TORCH)
+    script = LATE_TORCH.format(name=name)
+    path = os.pathsep.join([str(tmp_path / "modules"), *sys.path])
+    env = {"GRAPHMEND_CACHE_DIR": str(cache_dir), "PYTHONPATH": path}
+    expected = [
+        "torch imported: False",
+        "use_return_dict is deprecated",
+        "eager True",
+        "use_return_dict is deprecated",  # run after the graph, by the compiled call
+        "compiled [2.0, 2.0] graphs 1",
+    ]
+    for _ in ("rewritten", "from the cache"):
+        completed = run_python("-c", script, env=env, timeout=300)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        assert completed.stdout.splitlines() == expected

@@ -387,15 +387,6 @@ def f(x, index):
             """,
             "one branch returns",
         ),
-        (
-            """
-            def f(x):
-                if x.sum() > 0:
-                    x = x + 1
-                return x
-            """,
-            "does not import torch",
-        ),
     ],
 )
 def test_declined_sites_say_why(source, reason):

@@ -75,7 +75,6 @@ def rewrite(
         text=text,
         lines=text.splitlines(),
         scopes=ModuleScopes(tree),
-        imports_torch=_first_torch_import(tree) is not None,
     )
     for definition, left_alone in left_alone_definitions(tree, module.scopes):
         leave_alone(definition)
@@ -85,8 +84,10 @@ def rewrite(
             rewriter(module).run(tree)
     if module.changed:
         torch_import = _first_torch_import(tree)  # found again: rewrites rebuild blocks
-        assert torch_import is not None
-        _insert_prelude(tree, torch_import, module.module_level)
+        if torch_import is None:
+            _insert_late_prelude(tree, module.module_level)
+        else:
+            _insert_prelude(tree, torch_import, module.module_level)
     return Rewritten(tree, tuple(module.findings), module.changed)
 
 
@@ -188,9 +189,66 @@ def _insert_prelude(
         mark_generated(locate(statement, after))
     index = torch_import.block.index(after) + 1
     torch_import.block[index:index] = prelude + generated
-    top = [ast.Assign(targets=[store(TRACING)], value=load("bool")), *ast.parse(_DIR).body]
+    _insert_top(tree, [], after)
+
+
+def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
+    """Bind the runtime into a module that never imports torch, once torch is imported.
+
+    Code of such a module is traced when torch code calls it (a configuration's
+    property read in ``forward``), and until torch is imported nothing can be
+    traced, so the module does not import torch earlier than it would: a function
+    binds the runtime and defines the generated code as globals, and
+    :func:`graphmend.post_import.when_imported` calls it once torch is imported.
+    """
+    names = [RUNTIME, TRACING, *(statement.name for statement in generated)]  # type: ignore[attr-defined]
+    bind = ast.FunctionDef(
+        name=f"{PREFIX}bind",
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(arg="torch_module")],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
+        body=[
+            ast.Global(names=names),
+            ast.Import(names=[ast.alias(name="graphmend.runtime", asname=RUNTIME)]),
+            ast.Assign(
+                targets=[store(TRACING)],
+                value=ast.Attribute(value=load(RUNTIME), attr="tracing", ctx=ast.Load()),
+            ),
+            *generated,
+        ],
+        decorator_list=[],
+        returns=None,
+    )
+    if "type_params" in ast.FunctionDef._fields:  # Python 3.12+
+        bind.type_params = []
+    post_import = f"{PREFIX}post_import"
+    when_imported = ast.Attribute(value=load(post_import), attr="when_imported", ctx=ast.Load())
+    schedule = [
+        ast.Import(names=[ast.alias(name="graphmend.post_import", asname=post_import)]),
+        ast.Expr(
+            ast.Call(func=when_imported, args=[ast.Constant("torch"), load(bind.name)], keywords=[])
+        ),
+    ]
+    first = tree.body[_after_future_imports(tree)] if tree.body else None
+    _insert_top(tree, [bind, *schedule], first)
+
+
+def _insert_top(tree: ast.Module, after_top: list[ast.stmt], where: ast.AST | None) -> None:
+    """Before anything else: the tracing check bound to ``bool`` and ``__dir__``, then
+    ``after_top``."""
+    top = [
+        ast.Assign(targets=[store(TRACING)], value=load("bool")),
+        *ast.parse(_DIR).body,
+        *after_top,
+    ]
     for statement in top:
-        mark_generated(locate(statement, after))
+        mark_generated(locate(statement, where) if where is not None else statement)
     index = _after_future_imports(tree)
     tree.body[index:index] = top
 

@@ -155,7 +155,6 @@ class ModuleContext:
     text: str  # the source, newlines translated
     lines: list[str]
     scopes: ModuleScopes
-    imports_torch: bool
     findings: list[Finding] = field(default_factory=list)
     module_level: list[ast.stmt] = field(default_factory=list)
     _counter: int = 0
@@ -252,17 +251,6 @@ class FunctionStatementRewriter:
                 parts.append("<locals>")
         functions = tuple(function for _, function in self._scopes if function is not None)
         return Enclosing(functions, ".".join(parts))
-
-    def declined_without_torch(self, node: ast.AST) -> bool:
-        """Record the decline and say so when the module never imports torch."""
-        if self.module.imports_torch:
-            return False
-        self.record(
-            node,
-            Decision.DECLINED,
-            "the module does not import torch at top level, so no code in it is traced",
-        )
-        return True
 
     def local_reads(self, nodes: Iterable[ast.AST]) -> set[str]:
         """Names read in ``nodes`` that are locals of the enclosing functions."""

@@ -85,8 +85,6 @@ class DeferRewrite(FunctionStatementRewriter):
         if isinstance(found, NotProven):
             self.record(statement, Decision.DECLINED, found.reason)
             return statement
-        if self.declined_without_torch(statement):
-            return statement
         if self.may_catch:
             self.record(
                 statement,

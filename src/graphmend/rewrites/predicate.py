@@ -146,8 +146,6 @@ class PredicateRewrite(FunctionStatementRewriter):
     ) -> ast.stmt | list[ast.stmt]:
         if _is_guard(statement) or not self.may_hold_tensor_data(statement.test):
             return statement
-        if self.declined_without_torch(statement):
-            return statement
         then_arm = statement.body
         else_arm = statement.orelse if tail is None else tail
         try:
@@ -173,7 +171,7 @@ class PredicateRewrite(FunctionStatementRewriter):
             for node in _expressions_in_scope(statement)
             if isinstance(node, ast.IfExp) and self.may_hold_tensor_data(node.test)
         ]
-        if not candidates or self.declined_without_torch(candidates[0]):
+        if not candidates:
             return statement
         rewritten = copy.deepcopy(statement)
         definitions: list[ast.stmt] = []

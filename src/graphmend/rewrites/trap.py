@@ -110,8 +110,6 @@ class TrapRewrite(FunctionStatementRewriter):
         return [lowered, *rest]
 
     def _lower(self, guards: list[_Guard], eager: ast.stmt, kind: str) -> ast.stmt | None:
-        if self.declined_without_torch(guards[0].site):
-            return None
         if self.may_catch:
             self.record(
                 guards[0].site,

@@ -30,9 +30,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support
 from graphmend.runtime.formatting import assume_constant_result, format_now
-from graphmend.runtime.post_import import when_imported
 
 F = TypeVar("F", bound=Callable[..., None])
 

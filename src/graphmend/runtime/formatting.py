@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from graphmend.post_import import when_imported
 from graphmend.rewriter import GraphMendWarning
-from graphmend.runtime.post_import import when_imported
 
 CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, ord("a"): ascii}
 

@@ -36,12 +36,12 @@ from typing import Any
 import torch
 
 from graphmend.config import ConfigError, cuda_guards
+from graphmend.post_import import when_imported
 from graphmend.rewriter import GraphMendWarning
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import assume_constant_result, format_now, formattable_now
-from graphmend.runtime.post_import import when_imported
 
 
 def _sync_on_cuda() -> bool:

@@ -1,7 +1,9 @@
 """Run a callback once a module has been imported, without importing it.
 
-Used to finish setting up once TorchDynamo is imported: importing it eagerly
-would add about a second to the import of every rewritten module.
+Used to finish setting up once TorchDynamo is imported (importing it eagerly
+would add about a second to the import of every rewritten module), and to bind
+the runtime into a rewritten module that does not import torch itself, once torch
+is imported.  It imports nothing of torch.
 """
 
 from __future__ import annotations
