@@ -37,6 +37,7 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
     "transformers.modeling_*",
     "transformers.masking_utils",
     "transformers.cache_utils",
+    "transformers.configuration_utils",
     "transformers.integrations.*",
     "transformers.pytorch_utils",
     "transformers.activations",
