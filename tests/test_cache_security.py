@@ -146,7 +146,7 @@ def test_planted_entry_never_runs(shared, precreated, attacker_mode, then, blame
     assert victim.returncode == 0, victim.stderr[-2000:]
     assert "PWNED" not in victim.stdout
     assert "value 42" in victim.stdout
-    assert "graphmend: gm_victim: unchanged" in victim.stderr  # rebuilt, not read
+    assert "graphmend: gm_victim: rewritten" in victim.stderr  # rebuilt, not read
     assert victim.stderr.count("GraphMendWarning") == 1, victim.stderr
     assert blamed in victim.stderr and "does not use its cache" in victim.stderr
     # Nothing was written there either.
@@ -188,6 +188,6 @@ def test_cache_made_by_the_hook_is_private(shared):
     other = _as_nobody("-W", "always", "-c", IMPORT_BOTH, env=_hook_env(shared, cache))
 
     assert other.returncode == 0, other.stderr[-2000:]
-    assert "value 42" in other.stdout and "gm_victim: unchanged" in other.stderr
+    assert "value 42" in other.stdout and "gm_victim: rewritten" in other.stderr
     assert other.stderr.count("GraphMendWarning") == 1
     assert "cannot be read (Permission denied)" in other.stderr
