@@ -26,6 +26,7 @@ from graphmend.rewrites.common import (
     leave_alone,
     load,
     locate,
+    make_function,
     mark_generated,
     store,
 )
@@ -178,13 +179,7 @@ def _insert_prelude(
     traced anyway; and a module ``__dir__`` that hides the injected names.
     """
     after = torch_import.statement
-    prelude: list[ast.stmt] = [
-        ast.Import(names=[ast.alias(name="graphmend.runtime", asname=RUNTIME)]),
-        ast.Assign(
-            targets=[store(TRACING)],
-            value=ast.Attribute(value=load(RUNTIME), attr="tracing", ctx=ast.Load()),
-        ),
-    ]
+    prelude = _bind_runtime()
     for statement in prelude:
         mark_generated(locate(statement, after))
     index = torch_import.block.index(after) + 1
@@ -202,31 +197,8 @@ def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
     :func:`graphmend.post_import.when_imported` calls it once torch is imported.
     """
     names = [RUNTIME, TRACING, *(statement.name for statement in generated)]  # type: ignore[attr-defined]
-    bind = ast.FunctionDef(
-        name=f"{PREFIX}bind",
-        args=ast.arguments(
-            posonlyargs=[],
-            args=[ast.arg(arg="torch_module")],
-            vararg=None,
-            kwonlyargs=[],
-            kw_defaults=[],
-            kwarg=None,
-            defaults=[],
-        ),
-        body=[
-            ast.Global(names=names),
-            ast.Import(names=[ast.alias(name="graphmend.runtime", asname=RUNTIME)]),
-            ast.Assign(
-                targets=[store(TRACING)],
-                value=ast.Attribute(value=load(RUNTIME), attr="tracing", ctx=ast.Load()),
-            ),
-            *generated,
-        ],
-        decorator_list=[],
-        returns=None,
-    )
-    if "type_params" in ast.FunctionDef._fields:  # Python 3.12+
-        bind.type_params = []
+    body = [ast.Global(names=names), *_bind_runtime(), *generated]
+    bind = make_function(f"{PREFIX}bind", ["torch_module"], body, [])
     post_import = f"{PREFIX}post_import"
     when_imported = ast.Attribute(value=load(post_import), attr="when_imported", ctx=ast.Load())
     schedule = [
@@ -235,8 +207,19 @@ def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
             ast.Call(func=when_imported, args=[ast.Constant("torch"), load(bind.name)], keywords=[])
         ),
     ]
-    first = tree.body[_after_future_imports(tree)] if tree.body else None
-    _insert_top(tree, [bind, *schedule], first)
+    index = _after_future_imports(tree)
+    _insert_top(tree, [bind, *schedule], tree.body[index] if index < len(tree.body) else None)
+
+
+def _bind_runtime() -> list[ast.stmt]:
+    """``import graphmend.runtime as _@gm_rt; _@gm_tracing = _@gm_rt.tracing``."""
+    return [
+        ast.Import(names=[ast.alias(name="graphmend.runtime", asname=RUNTIME)]),
+        ast.Assign(
+            targets=[store(TRACING)],
+            value=ast.Attribute(value=load(RUNTIME), attr="tracing", ctx=ast.Load()),
+        ),
+    ]
 
 
 def _insert_top(tree: ast.Module, after_top: list[ast.stmt], where: ast.AST | None) -> None:
