@@ -207,8 +207,7 @@ def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
             ast.Call(func=when_imported, args=[ast.Constant("torch"), load(bind.name)], keywords=[])
         ),
     ]
-    index = _after_future_imports(tree)
-    _insert_top(tree, [bind, *schedule], tree.body[index] if index < len(tree.body) else None)
+    _insert_top(tree, [bind, *schedule], tree.body[0])
 
 
 def _bind_runtime() -> list[ast.stmt]:
@@ -222,7 +221,7 @@ def _bind_runtime() -> list[ast.stmt]:
     ]
 
 
-def _insert_top(tree: ast.Module, after_top: list[ast.stmt], where: ast.AST | None) -> None:
+def _insert_top(tree: ast.Module, after_top: list[ast.stmt], where: ast.AST) -> None:
     """Before anything else: the tracing check bound to ``bool`` and ``__dir__``, then
     ``after_top``."""
     top = [
@@ -231,7 +230,7 @@ def _insert_top(tree: ast.Module, after_top: list[ast.stmt], where: ast.AST | No
         *after_top,
     ]
     for statement in top:
-        mark_generated(locate(statement, where) if where is not None else statement)
+        mark_generated(locate(statement, where))
     index = _after_future_imports(tree)
     tree.body[index:index] = top
 

@@ -124,12 +124,14 @@ class DeferRewrite(FunctionStatementRewriter):
         run after ``statement`` in its function: later in the source, or anywhere in
         the function when a loop holds the statement."""
         nodes = walk(self.enclosing.functions[-1])
+        line = statement.lineno
         in_loop = any(
-            isinstance(node, ast.For | ast.AsyncFor | ast.While) and statement in walk(node)
+            isinstance(node, ast.For | ast.AsyncFor | ast.While)
+            and node.lineno <= line <= (node.end_lineno or line)
             for node in nodes
         )
         return any(
-            (in_loop or node.lineno > statement.lineno) and self.may_hold_tensor_data(test)
+            (in_loop or node.lineno > line) and self.may_hold_tensor_data(test)
             for node in nodes
             if (test := _guard_test(node)) is not None
         )
