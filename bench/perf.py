@@ -123,15 +123,12 @@ def remote_subject(family: str, state: Path) -> Any:
 
     import torch
 
-    from remote_corpus import build, inputs_for, load_manifest, mismatched_files
+    from remote_corpus import build, inputs_for, load_manifest, unfetched
 
     manifest = load_manifest()
-    missing = mismatched_files(family, manifest[family])
-    if missing:
-        raise SystemExit(
-            f"{REMOTE}{family}: {', '.join(missing)} not fetched: "
-            "python bench/remote_corpus_fetch.py"
-        )
+    problem = unfetched([family], manifest)
+    if problem:
+        raise SystemExit(problem)
     model = build(family, manifest[family])
     if state.exists():
         saved = torch.load(state)

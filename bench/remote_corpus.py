@@ -86,6 +86,18 @@ def build(name: str, family: dict[str, Any], corpus: Path = CORPUS) -> Any:
     return model
 
 
+def unfetched(names: list[str], manifest: dict[str, dict[str, Any]]) -> str | None:
+    """What is missing of these families' published files, and how to fetch it; else ``None``."""
+    wrong = {name: mismatched_files(name, manifest[name]) for name in names}
+    missing = "; ".join(f"{name}: {', '.join(files)}" for name, files in wrong.items() if files)
+    if not missing:
+        return None
+    return (
+        f"published files missing or not as in the manifest ({missing}): "
+        "python bench/remote_corpus_fetch.py fetches them"
+    )
+
+
 def _stage_modules(name: str, family: dict[str, Any], corpus: Path) -> None:
     """Put every published file of the family in the dynamic-module cache beforehand.
 
@@ -289,14 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     if not names:
         print(f"no family matches {options.only!r}", file=sys.stderr)
         return 2
-    wrong = {name: mismatched_files(name, manifest[name]) for name in names}
-    if any(wrong.values()):
-        missing = "; ".join(f"{name}: {', '.join(files)}" for name, files in wrong.items() if files)
-        print(
-            f"published files missing or not as in the manifest ({missing}): "
-            "python bench/remote_corpus_fetch.py fetches them",
-            file=sys.stderr,
-        )
+    problem = unfetched(names, manifest)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     version = importlib.metadata.version("transformers")
     out = options.out or Path(__file__).parent / "results" / f"remote-corpus-{version}"
