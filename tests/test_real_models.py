@@ -56,10 +56,6 @@ if TRANSFORMERS_4:
         "bart_fp16_clamp_taken": Expect(plain_fullgraph=False),
         "bart_fp16_clamp_not_taken": Expect(plain_fullgraph=False),
         "marian_fp16_clamp_taken": Expect(plain_fullgraph=False),
-        # Phi-3 LongRoPE's frequency update (modeling_rope_utils.longrope_frequency_update):
-        # lazy initialisation, buffer re-registration, both outcomes.
-        "phi3_longrope_long": Expect(plain_fullgraph=False),
-        "phi3_longrope_short": Expect(plain_fullgraph=False),
     }
 
 
@@ -100,3 +96,44 @@ def test_failing_guard_raises_the_original_exception_when_compiled(probes, case)
     failing = probes["graphmend"][case]["failing"]
     assert failing["eager"] is not None
     assert failing["compiled"] == failing["eager"]
+
+
+# Phi-3's LongRoPE (transformers 4.x, modeling_rope_utils.longrope_frequency_update)
+# re-registers ``inv_freq`` as ``long_inv_freq`` or ``original_inv_freq``, and
+# ``original_inv_freq`` starts as the very tensor ``inv_freq`` is.  A predicated
+# store that wrote the long frequencies into ``inv_freq`` in place also overwrote
+# ``original_inv_freq``: every short input after a long one was wrong.
+LONG_THEN_SHORT = """
+import copy
+import sys
+import torch
+if sys.argv[1] == "graphmend":
+    import graphmend
+    graphmend.install()
+from transformers import Phi3Config, Phi3Model
+config = Phi3Config(
+    vocab_size=99, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
+    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+    original_max_position_embeddings=8, pad_token_id=0,
+    rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.3] * 2,
+                  "long_factor": [2.0, 2.5, 3.0, 3.5] * 2},
+)
+torch.manual_seed(0)
+model = Phi3Model(config).eval()
+compiled = torch.compile(copy.deepcopy(model), backend="eager")  # deepcopy keeps the aliasing
+same = []
+with torch.no_grad():
+    for length in (12, 6, 12, 6):
+        ids = torch.arange(length).unsqueeze(0) % 99
+        expected = model(input_ids=ids).last_hidden_state
+        same.append(torch.equal(compiled(input_ids=ids).last_hidden_state, expected))
+print(type(sys.modules[Phi3Model.__module__].__loader__).__name__, same)
+"""
+
+
+@pytest.mark.parametrize("arm", ["plain", "graphmend"])
+def test_phi3_longrope_long_then_short_inputs_match_eager(tmp_path, arm):
+    child = run_python("-c", LONG_THEN_SHORT, arm, env=offline_model_environment(tmp_path))
+    assert child.returncode == 0, child.stderr[-3000:]
+    loader = "GraphMendLoader" if arm == "graphmend" else "SourceFileLoader"
+    assert child.stdout.strip().splitlines()[-1] == f"{loader} [True, True, True, True]"

@@ -111,38 +111,6 @@ def marian_fp16_clamp_taken():
     return _bart_like_fp16(MarianConfig, MarianModel, overflow=True)
 
 
-def _phi3_longrope(seq_len: int):
-    from transformers import Phi3Config, Phi3Model
-
-    config = Phi3Config(
-        vocab_size=99,
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        original_max_position_embeddings=8,
-        pad_token_id=0,
-        rope_scaling={
-            "type": "longrope",
-            "short_factor": [1.0, 1.1, 1.2, 1.3] * 2,
-            "long_factor": [2.0, 2.5, 3.0, 3.5] * 2,
-        },
-    )
-    return Phi3Model(config), {"input_ids": _ids(99, (1, seq_len))}
-
-
-@case
-def phi3_longrope_long():
-    return _phi3_longrope(12)
-
-
-@case
-def phi3_longrope_short():
-    return _phi3_longrope(6)
-
-
 class _LengthRegulator(torch.nn.Module):
     """FastSpeech2-Conformer's length_regulator, a module-level function, as a module."""
 

@@ -23,28 +23,29 @@ branches; see that module for the rule)::
     elif <the original condition>:     # eagerly: the original if, as written
         <the original branches>
 
-Branches may assign local names, store into an existing tensor attribute or
-into a tensor by index (both written back in place, predicated), call pure
+Branches may assign local names, store into a tensor by index (written back
+in place, predicated), call pure
 torch functions, tensor methods, pure functions of the module and submodules
 whose type is checked while tracing, nest further ``if``s, and return (when
 every branch returns; an early ``return`` merges with the rest of the block).
-Anything else keeps the original ``if`` and its graph break.
+Anything else keeps the original ``if`` and its graph break; so does a store
+into an attribute (``self.buf = ...``, ``register_buffer``): the original binds
+another tensor there, and whoever holds the one it replaces (a local, the
+caller, another attribute aliasing it) keeps its values, which no store made in
+a graph can do on both paths.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from graphmend.analysis.aliasing import is_new_tensor
 from graphmend.analysis.bindings import (
     assigned_on_every_path,
-    is_attribute_chain,
     is_name_target,
     live_after,
-    names_read,
     stored_names,
     used_in_place_after,
 )
@@ -67,34 +68,11 @@ from graphmend.rewrites.conditions import ConditionTranslator
 
 @dataclass
 class _Slots:
-    """Stores into tensors a branch makes, merged and written back in place."""
+    """What the branches of a site, nested ones included, write to: tensors stored into by
+    index (merged and written back in place) and the locals rebound."""
 
-    fresh_identifier: Callable[[str], str]  # names the slot locals
-    # slot name -> (the stored attribute, its buffer persistence or None for a plain store)
-    attributes: dict[str, tuple[ast.Attribute, bool | None]] = field(default_factory=dict)
     items: list[str] = field(default_factory=list)  # local tensors stored into by index
     rebound: set[str] = field(default_factory=set)  # locals any branch assigns
-
-    def attribute_slot(self, target: ast.Attribute, persistent: bool | None = None) -> str:
-        key = ast.dump(target)
-        for slot, (existing, existing_persistent) in self.attributes.items():
-            if ast.dump(existing) == key:
-                if existing_persistent != persistent:
-                    raise Decline(f"{ast.unparse(target)} is stored both as a buffer and not")
-                return slot
-        slot = self.fresh_identifier("store")
-        self.attributes[slot] = (target, persistent)
-        return slot
-
-    def target(self, slot: str) -> ast.expr:
-        """``_@gm_rt.store_target(owner, "name", persistent)``: the tensor stored into."""
-        attribute, persistent = self.attributes[slot]
-        return runtime_call(
-            "store_target",
-            copy.deepcopy(attribute.value),
-            ast.Constant(attribute.attr),
-            ast.Constant(persistent),
-        )
 
 
 @dataclass
@@ -102,12 +80,10 @@ class _ArmState:
     """What a branch has done so far, while its statements are transformed."""
 
     assigned: set[str] = field(default_factory=set)  # local names bound
-    stored: set[str] = field(default_factory=set)  # attributes stored into (source text)
-    slots: set[str] = field(default_factory=set)  # slot locals and indexed names written
-    new: set[str] = field(default_factory=set)  # locals holding a tensor the branch made
+    slots: set[str] = field(default_factory=set)  # indexed names written
 
     def copy(self) -> _ArmState:
-        return _ArmState(set(self.assigned), set(self.stored), set(self.slots), set(self.new))
+        return _ArmState(set(self.assigned), set(self.slots))
 
 
 class PredicateRewrite(FunctionStatementRewriter):
@@ -230,39 +206,16 @@ class _Site:
                 self.module.scopes, rewriter.enclosing.functions, in_branch=True
             )
         )
-        self.slots = parent.slots if parent else _Slots(self.module.fresh_identifier)
+        self.slots = parent.slots if parent else _Slots()
         self.state = state or _ArmState()  # what the enclosing branch did before this site
         self.names = self.module.fresh_names("cond", "then", "else", "merged")
-        self.hoisted: list[ast.stmt] = []
-        self.then_arm = self._hoist(then_arm)
-        self.else_arm = self._hoist(else_arm)
+        self.then_arm = then_arm
+        self.else_arm = else_arm
         self.outputs = [] if self.returns else self._outputs()
 
     @property
     def facts(self) -> BranchFacts:
         return self.checker.facts
-
-    def _hoist(self, arm: list[ast.stmt]) -> list[ast.stmt]:
-        """Move out the statements that are the same whichever branch runs.
-
-        A lazy initialisation from Python values (``if not hasattr(self, "a"):
-        self.a = f(config)``) and a re-store of an attribute on a device
-        (``self.a = self.a.to(device)``) are idempotent: running them before the
-        ``if``, whichever branch is taken, changes nothing the program can see
-        but the moment the attribute first exists.
-        """
-        if self.nested:
-            return arm
-        data = self.module.tensor_names(
-            self.rewriter.enclosing.functions[-1], self.rewriter.enclosing.functions
-        ) | _assigned_names(arm)
-        kept = []
-        for statement in arm:
-            if _is_lazy_initialisation(statement, data) or _is_device_restore(statement, data):
-                self.hoisted.append(statement)
-            else:
-                kept.append(statement)
-        return kept
 
     def _outputs(self) -> list[str]:
         """The locals the site binds that are used after it, each bound on every path."""
@@ -306,13 +259,13 @@ class _Site:
             self.outputs += sorted(self.written - set(self.outputs))
         if self.facts.problem is not None:
             raise Decline(f"a branch cannot run ahead of time: {self.facts.problem}")
-        if self.returns and (self.slots.attributes or self.slots.items):
+        if self.returns and self.slots.items:
             raise Decline("a branch both returns and stores into a tensor")
         then_name, else_name = self.names["then"], self.names["else"]
         then_function, then_parameters = self._function(then_name, self.then_arm, then_body)
         else_function, else_parameters = self._function(else_name, self.else_arm, else_body)
         merged_name = self.names["merged"]
-        in_place = [] if self.nested else self._in_place_targets()
+        in_place = [] if self.nested else [load(name) for name in self.slots.items]
         call = runtime_call(
             "branch",
             load(condition_name),
@@ -325,7 +278,6 @@ class _Site:
             _tuple(in_place),
         )
         return [
-            *copy.deepcopy(self.hoisted),
             *prelude,
             ast.Assign(targets=[store(condition_name)], value=condition),
             then_function,
@@ -339,11 +291,6 @@ class _Site:
         assigned = set().union(*(state.assigned for state in states))
         return [
             safe_attribute_chain(module, self.bound - assigned) for module in self.facts.modules
-        ]
-
-    def _in_place_targets(self) -> list[ast.expr]:
-        return [self.slots.target(slot) for slot in self.slots.attributes] + [
-            load(name) for name in self.slots.items
         ]
 
     def _unpack(self, merged_name: str) -> list[ast.stmt]:
@@ -388,29 +335,16 @@ class _Site:
         else:
             results = [load(n) for n in self.outputs]
             if not self.nested:
-                results += [load(slot) for slot in self.slots.attributes]
                 results += [load(n) for n in self.slots.items]
             body.append(ast.Return(value=_tuple(results)))
-        owners = [attribute.value for attribute, _ in self.slots.attributes.values()]
         parameters = sorted(
-            self.rewriter.local_reads([*arm, *results, *owners])
-            | set(self.outputs)
-            | set(self.slots.items)
+            self.rewriter.local_reads([*arm, *results]) | set(self.outputs) | set(self.slots.items)
         )
         bound = self.bound
-        if self.nested:  # slot locals are bound in the enclosing branch function
-            bound = bound | set(self.slots.attributes) | set(self.slots.items)
-            parameters = sorted({*parameters, *self.slots.attributes} & bound)
+        if self.nested:  # indexed names are bound in the enclosing branch function
+            bound = bound | set(self.slots.items)
         parameters = [p for p in parameters if p in bound]
-        prologue = (
-            []
-            if self.nested
-            else [
-                ast.Assign(targets=[store(slot)], value=self.slots.target(slot))
-                for slot in self.slots.attributes
-            ]
-        )
-        function = make_function(name, parameters, [*prologue, *body] or [ast.Pass()], [])
+        function = make_function(name, parameters, body or [ast.Pass()], [])
         return locate(function, self.statement), parameters  # type: ignore[return-value]
 
     def _transform(self, arm: list[ast.stmt], state: _ArmState) -> list[ast.stmt]:
@@ -422,18 +356,11 @@ class _Site:
         return transformed
 
     def _check_reads(self, statement: ast.stmt, state: _ArmState) -> None:
-        """A branch may read only what is bound, and no attribute it already replaced."""
+        """A branch may read only what is bound."""
         reads = [statement.test] if isinstance(statement, ast.If) else [statement]
         for name in sorted(self.rewriter.local_reads(reads)):
             if name not in state.assigned and name not in self.bound:
                 raise Decline(f"a branch reads {name}, which may be unbound before the if")
-        for node in walk(reads[0]):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Load)
-                and ast.unparse(node) in state.stored
-            ):
-                raise Decline(f"a branch reads {ast.unparse(node)} after storing into it")
 
     def _transform_statement(self, statement: ast.stmt, state: _ArmState) -> list[ast.stmt]:
         if isinstance(statement, ast.Pass) or _is_docstring(statement):
@@ -447,11 +374,6 @@ class _Site:
             return self._transform_assignment(statement, state)
         if isinstance(statement, ast.If):
             return self._transform_nested_if(statement, state)
-        buffer = _buffer_registration(statement)
-        if buffer is not None:
-            target, value, persistent = buffer
-            self.checker.expression(value)
-            return self._store_attribute(target, copy.deepcopy(value), state, persistent)
         what = {
             ast.AugAssign: "an augmented assignment (+= updates a tensor in place)",
             ast.Expr: "an expression statement, which may have side effects",
@@ -495,17 +417,10 @@ class _Site:
             self._check_locals(names, state)
             state.assigned |= names
             self.slots.rebound |= names
-            state.new -= names
-            only = targets[0] if len(targets) == 1 else None
-            if isinstance(only, ast.Name) and self._is_new(value, state):
-                state.new.add(only.id)
             return [ast.Assign(targets=[copy.deepcopy(t) for t in targets], value=value)]
         if len(targets) != 1:
             raise Decline("a chained assignment stores into something other than names")
         target = targets[0]
-        if isinstance(target, ast.Attribute) and is_attribute_chain(target.value):
-            self.checker.expression(target.value)
-            return self._store_attribute(target, value, state, persistent=None)
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
             name = target.value.id
             if name in state.assigned or name in self.slots.rebound:
@@ -518,46 +433,13 @@ class _Site:
             state.slots.add(name)
             update = runtime_call("assign_item", load(name), copy.deepcopy(target.slice), value)
             return [ast.Assign(targets=[store(name)], value=update)]
-        raise Decline(f"a branch stores into {ast.unparse(target)}, which cannot be predicated")
-
-    def _store_attribute(
-        self, target: ast.Attribute, value: ast.expr, state: _ArmState, persistent: bool | None
-    ) -> list[ast.stmt]:
-        self._check_not_shared(target, value, state)
-        slot = self.slots.attribute_slot(target, persistent)
-        state.stored.add(ast.unparse(target))
-        state.slots.add(slot)
-        return [ast.Assign(targets=[store(slot)], value=value)]
-
-    def _is_new(self, value: ast.expr, state: _ArmState) -> bool:
-        functions = self.rewriter.enclosing.functions
-        return is_new_tensor(value, self.module.scopes, functions, state.new)
-
-    def _check_not_shared(self, target: ast.Attribute, value: ast.expr, state: _ArmState) -> None:
-        """A predicated store writes a copy into the tensor already stored: exact only when no
-        other name holds the stored value (issue 10 item 7: ``self.buf = x``, then
-        ``x.add_(1)``, must show in ``self.buf``)."""
-        function = self.rewriter.enclosing.functions[-1]
-        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
-        if self._is_new(value, state):
-            escapes = isinstance(value, ast.Name) and live_after(function, self.statement, value.id)
-            if not escapes:
-                return
-        # module state (Phi-3 LongRoPE stores self.long_inv_freq into a buffer): exact
-        # while neither is updated in place afterwards
-        elif (
-            isinstance(value, ast.Attribute)
-            and is_attribute_chain(value)
-            and not any(
-                used_in_place_after(function, self.statement, ast.unparse(chain))
-                for chain in (value, target)
+        if isinstance(target, ast.Attribute):
+            raise Decline(
+                f"a branch stores into {ast.unparse(target)}: the original binds another "
+                "tensor there, and code holding the one it replaces keeps its values, which "
+                "a store in the graph cannot do"
             )
-        ):
-            return
-        raise Decline(
-            f"a branch stores {ast.unparse(value)} into {ast.unparse(target)}: other names may "
-            "hold that tensor, and a predicated store writes a copy"
-        )
+        raise Decline(f"a branch stores into {ast.unparse(target)}, which cannot be predicated")
 
     def _check_locals(self, names: set[str], state: _ArmState) -> None:
         function = self.rewriter.enclosing.functions[-1]
@@ -577,16 +459,11 @@ class _Site:
         if self.returns:
             what = "the returned values"
         else:
-            stores = [ast.unparse(attribute) for attribute, _ in self.slots.attributes.values()]
-            stores += [f"{name}[...]" for name in self.slots.items]
+            stores = [f"{name}[...]" for name in self.slots.items]
             what = ", ".join(self.outputs + stores) or "nothing"
-        hoisted = ""
-        if self.hoisted:
-            lines = ", ".join(str(statement.lineno) for statement in self.hoisted)
-            hoisted = f"; idempotent statements at line {lines} run whichever branch is taken"
         return (
             f"if predicated: {what} selected on the device while tracing "
-            f"(torch.where, or torch.cond for costly branches) when that is exact{hoisted}"
+            "(torch.where, or torch.cond for costly branches) when that is exact"
         )
 
 
@@ -681,101 +558,6 @@ def safe_attribute_chain(chain: ast.expr, bound: frozenset[str] | set[str]) -> a
     if isinstance(chain, ast.Name) and chain.id in bound:
         return load(chain.id)
     raise Decline(f"it calls {ast.unparse(chain)}..., which may not be bound before the if")
-
-
-def _buffer_registration(
-    statement: ast.stmt,
-) -> tuple[ast.Attribute, ast.expr, bool] | None:
-    """``owner.register_buffer("name", value, persistent=...)``: (owner.name, value, persistent)."""
-    if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
-        return None
-    call = statement.value
-    func = call.func
-    if not (
-        isinstance(func, ast.Attribute)
-        and func.attr == "register_buffer"
-        and is_attribute_chain(func.value)
-        and len(call.args) == 2
-        and isinstance(call.args[0], ast.Constant)
-        and isinstance(call.args[0].value, str)
-    ):
-        return None
-    persistent = True
-    for keyword in call.keywords:
-        if keyword.arg != "persistent" or not isinstance(keyword.value, ast.Constant):
-            return None
-        persistent = bool(keyword.value.value)
-    target = ast.Attribute(value=func.value, attr=call.args[0].value, ctx=ast.Store())
-    return target, call.args[1], persistent
-
-
-def _uses_only(expr: ast.AST, excluded: frozenset[str] | set[str]) -> bool:
-    """Whether ``expr`` reads none of ``excluded`` (the values that depend on tensor data)."""
-    return not (names_read(expr) & set(excluded))
-
-
-def _is_lazy_initialisation(statement: ast.stmt, data: frozenset[str] | set[str]) -> bool:
-    """``if not hasattr(owner, "a"): owner.a[, ...] = <from Python values>``."""
-    if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
-        return False
-    test, body = statement.test, statement.body[0]
-    if not (
-        isinstance(test, ast.UnaryOp)
-        and isinstance(test.op, ast.Not)
-        and isinstance(test.operand, ast.Call)
-        and isinstance(test.operand.func, ast.Name)
-        and test.operand.func.id == "hasattr"
-        and len(test.operand.args) == 2
-        and isinstance(test.operand.args[1], ast.Constant)
-        and isinstance(body, ast.Assign)
-        and len(body.targets) == 1
-    ):
-        return False
-    owner, name = test.operand.args
-    stored = [
-        node
-        for node in walk(body.targets[0])
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-    ]
-    return (
-        len(stored) == 1
-        and stored[0].attr == name.value  # type: ignore[attr-defined]
-        and ast.dump(stored[0].value) == ast.dump(owner)
-        and _uses_only(body.value, data)
-    )
-
-
-def _is_device_restore(statement: ast.stmt, data: frozenset[str] | set[str]) -> bool:
-    """``owner.a = owner.a.to(device)``: the same tensor, on a device (never a dtype)."""
-    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
-        return False
-    target, value = statement.targets[0], statement.value
-    if not (
-        isinstance(target, ast.Attribute)
-        and isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Attribute)
-        and value.func.attr == "to"
-        and isinstance(value.func.value, ast.Attribute)
-    ):
-        return False
-    source = value.func.value
-    arguments = [*value.args, *(k.value for k in value.keywords if k.arg != "non_blocking")]
-    return (
-        source.attr == target.attr
-        and ast.dump(source.value) == ast.dump(target.value)
-        and len(arguments) == 1
-        and _names_a_device(arguments[0])
-        and all(k.arg in ("device", "non_blocking") for k in value.keywords)
-        and _uses_only(arguments[0], data)
-    )
-
-
-def _names_a_device(expr: ast.expr) -> bool:
-    """``device``, ``x.device``, ``self.device``, ``"cuda"``: an expression naming a device."""
-    if isinstance(expr, ast.Constant):
-        return isinstance(expr.value, str) and expr.value.split(":")[0] in ("cpu", "cuda", "mps")
-    name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", "")
-    return "device" in name
 
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:

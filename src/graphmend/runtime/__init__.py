@@ -22,7 +22,7 @@ from graphmend.runtime.conditions import (
 from graphmend.runtime.continuation import continuation
 from graphmend.runtime.deferral import capture, deferred, rebuild, render
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
-from graphmend.runtime.selection import assign_item, branch, store_target
+from graphmend.runtime.selection import assign_item, branch
 from graphmend.runtime.traps import exact_text, lower_guard, lowerable, names_formattable, text
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
@@ -52,7 +52,6 @@ __all__ = [
     "rebuild",
     "render",
     "sequence",
-    "store_target",
     "text",
     "tracing",
     "type_name",

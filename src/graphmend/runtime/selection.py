@@ -118,13 +118,18 @@ def branch(
 ) -> tuple[Any, ...] | None:
     """The branches' results merged under ``condition``, or ``None`` to run the original.
 
-    The last ``len(in_place)`` results are new values for tensors the
-    branches update (a module buffer, a tensor indexed and stored into): they
-    are written into those tensors in place, and not returned.  A branch
+    The last ``len(in_place)`` results are new values for the tensors the
+    branches store into by index: they are written into those tensors in
+    place, and not returned.  A branch
     function returns ``None`` when an ``if`` nested in it cannot be merged.
     """
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
+    for target in in_place:
+        reason = _why_not_writable(target)
+        if reason is not None:
+            declined("predicate", f"a tensor stored into by index {reason}")
+            return None
     for module in modules:
         reason = why_impure(module)
         if reason is not None:
@@ -173,26 +178,6 @@ def branch(
     return merged[:count]
 
 
-def store_target(owner: Any, name: str, persistent: bool | None) -> torch.Tensor | None:
-    """The tensor a predicated store writes into: ``owner.name``, if it is one.
-
-    For ``register_buffer`` (``persistent`` not ``None``) it must already be a
-    buffer of that persistence, so that writing it in place registers nothing
-    new; ``None`` when the store cannot be done in place.
-    """
-    if not isinstance(owner, nn.Module):
-        return None  # a property setter could do anything
-    if name in owner._buffers:
-        if persistent is not None and persistent == (name in owner._non_persistent_buffers_set):
-            return None
-        value = owner._buffers[name]
-        return value if isinstance(value, torch.Tensor) else None
-    if persistent is not None or name in owner._parameters:
-        return None
-    value = getattr(owner, name, None)
-    return value if isinstance(value, torch.Tensor) else None
-
-
 def assign_item(tensor: Any, index: Any, value: Any) -> Any:
     """``tensor[index] = value`` on a copy; ``None`` when the index could gather out of range."""
     if not isinstance(tensor, torch.Tensor) or not _selects_only(index):
@@ -210,6 +195,20 @@ def _selects_only(index: Any) -> bool:
     if isinstance(index, torch.Tensor):
         return index.dtype == torch.bool
     return index is None or index is Ellipsis or isinstance(index, (int, slice))
+
+
+def _why_not_writable(target: Any) -> str | None:
+    """Why writing ``target`` whichever branch is taken could fail, or be seen, where the
+    original writes only in one branch; ``None`` when it cannot."""
+    if not isinstance(target, torch.Tensor):
+        return None  # not merged: checked with the results
+    if torch.is_grad_enabled():
+        return "would be written under autograd: a new version of a tensor a backward may need"
+    if any(
+        stride == 0 and size > 1 for stride, size in zip(target.stride(), target.shape, strict=True)
+    ):
+        return "has elements that share memory"
+    return None
 
 
 def _records_gradients(values: tuple[Any, ...]) -> bool:
