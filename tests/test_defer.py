@@ -385,3 +385,31 @@ def test_output_before_a_failing_guard_appears_before_the_exception(load_rewritt
     torch._dynamo.reset()
     assert observe(torch.compile(module.f, backend="eager")) == eager
     assert eager[0] == ["checking input"]
+
+
+WARN_THEN_UPDATE = """
+import warnings
+import torch
+def f(x, out):
+    warnings.warn("careful")
+    out.add_(1)
+    return x * 2
+"""
+
+
+def test_a_warning_filtered_into_an_error_keeps_its_place(load_rewritten):
+    # Under an "error" filter the call raises where it stands: nothing after it runs,
+    # so it cannot wait for the end of the graph.  The filter is read while tracing
+    # (and guarded on: changing it compiles again).
+    module = load_rewritten(WARN_THEN_UPDATE)
+    compiled = torch.compile(module.f, backend="eager")
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = torch.zeros(2)
+            with pytest.raises(UserWarning, match="careful"):
+                compiled(torch.ones(2), out)
+        assert out.tolist() == [0.0, 0.0]
+        with pytest.warns(UserWarning, match="careful"):
+            result = compile_and_run(module.f, torch.ones(2), torch.zeros(2))
+        assert (result.graphs, result.breaks) == (1, 0)

@@ -117,7 +117,16 @@ class DeferRewrite(FunctionStatementRewriter):
             )  # type: ignore[arg-type]
         )
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
-        return dual_path(statement, plan.tracing_path(function_name, self.module.fresh_name))
+        tracing_path = plan.tracing_path(function_name, self.module.fresh_name)
+        if found.kind is OutputKind.WARNING:
+            # a filter that makes it an exception: the original call, where it stands
+            unless_raised = ast.If(
+                test=runtime_call("warnings_may_raise"),
+                body=[copy.deepcopy(statement)],
+                orelse=tracing_path,
+            )
+            tracing_path = [locate(unless_raised, statement)]
+        return dual_path(statement, tracing_path)
 
     def _guard_follows(self, statement: ast.stmt) -> bool:
         """Whether a guard on tensor data (``assert``, an ``if`` that only raises) may

@@ -25,6 +25,7 @@ that importing a rewritten module never imports it.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -104,6 +105,13 @@ def effects_pending() -> bool:
         return True
     side_effects = getattr(getattr(translator, "output", None), "side_effects", None)
     return side_effects is None or _changes_existing_objects(side_effects)
+
+
+def warnings_may_raise() -> bool:
+    """Whether a warning filter turns some warnings into exceptions (read while tracing:
+    TorchDynamo guards on the filters, and compiles again when they change).  Such a
+    call raises where it stands, before what follows it, so it is not deferred."""
+    return any(entry[0] == "error" for entry in warnings.filters)
 
 
 def _changes_existing_objects(side_effects: Any) -> bool:
