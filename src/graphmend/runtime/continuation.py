@@ -107,10 +107,7 @@ def _capture(context: Any) -> None:
         arguments = [_variable(context, name) for name in ("predicate", "then_branch")]
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
-        saved_effects = tracer.output.side_effects.clone()
-        graph = tracer.output.graph
-        versions = cond_layout.tensor_versions(graph)
-        before = set(graph.nodes)
+        attempt = _Attempt(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
@@ -119,24 +116,56 @@ def _capture(context: Any) -> None:
     except passing:
         raise
     except Exception as error:
-        # What the failed attempt recorded (an attribute stored in a branch) must not
-        # happen: the original code does it again.
-        tracer.output.side_effects = saved_effects
+        attempt.undo()
         record_at(context, "continuation", f"torch.cond cannot capture it: {_first_line(error)}")
         return
-    added = [node for node in graph.nodes if node not in before]
+    if attempt.deferred_calls():
+        # Both branches were traced: the calls both deferred would run after the graph.
+        attempt.undo()
+        record_at(context, "continuation", "a branch defers an output call (print, logging)")
+        return
     try:
-        for cond in (node for node in added if node.target is torch.ops.higher_order.cond):
-            cond_layout.pin_operands(graph, cond, versions)
+        for cond in attempt.added(torch.ops.higher_order.cond):
+            cond_layout.pin_operands(attempt.graph, cond, attempt.versions)
     except cond_layout.Unpinnable as error:
-        # Nothing of the attempt may stay: the original code runs instead.
-        for node in reversed(added):
-            if node.op != "placeholder":
-                tracer.output.remove_node(node)
-        tracer.output.side_effects = saved_effects
+        attempt.undo()
         record_at(context, "continuation", f"TorchInductor could not run the torch.cond: {error}")
         return
     frame_locals["merged"] = result
+
+
+class _Attempt:
+    """The tracer's state before a ``torch.cond`` is tried, to take the attempt back:
+    nothing of it may stay when the original code runs instead (a node left in the
+    graph fails the backend, an attribute stored or an output call deferred by a
+    branch would happen again)."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+        self.graph = tracer.output.graph
+        self.versions = cond_layout.tensor_versions(self.graph)
+        self.nodes = set(self.graph.nodes)
+        self.side_effects = tracer.output.side_effects.clone()
+        self.deferred = len(tracer.debug_locals)
+
+    def added(self, target: Any = None) -> list[Any]:
+        """The nodes the attempt added, in graph order (those calling ``target``)."""
+        return [
+            node
+            for node in self.graph.nodes
+            if node not in self.nodes and (target is None or node.target is target)
+        ]
+
+    def deferred_calls(self) -> bool:
+        """Whether the branches deferred calls to run after the graph."""
+        return len(self.tracer.debug_locals) > self.deferred
+
+    def undo(self) -> None:
+        for node in reversed(self.added()):
+            if node.op != "placeholder":
+                self.tracer.output.remove_node(node)
+        self.tracer.output.side_effects = self.side_effects
+        del self.tracer.debug_locals[self.deferred :]
 
 
 def _cond_handler() -> Any:

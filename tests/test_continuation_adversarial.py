@@ -1,0 +1,82 @@
+"""Continuation predication against code written to trip it: what tracing both branches
+leaves behind (deferred output, graph nodes).
+Each program is compiled plain and through GraphMend, in inference: the same results
+and printed output, and no more graphs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import types
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+X = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
+POSITIVE, NEGATIVE = X.abs() + 0.1, -X.abs() - 0.1
+
+STATE = types.SimpleNamespace(calls=0)
+
+#: Every program opens with a site whose branches give a tensor and None: T1 cannot
+#: merge them, continuation folds the rest of the function into both.
+SITE = """
+import torch
+
+def f(x, *args):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+"""
+
+CASES = {
+    # Output in the rest: tracing both branches defers both calls.
+    "print_in_the_rest": (
+        SITE + '    print("none" if y is None else "some")\n    return x * 2\n',
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
+    "tensor_printed_in_the_rest": (
+        SITE.replace("y = None", "y = x[:1] - 1") + '    print("y", y)\n    return y * 2\n',
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
+    # An attribute store after the output: cond cannot capture it, and the output the
+    # attempt deferred must not run besides the original's.
+    "print_then_a_failed_attempt": (
+        SITE + '    print("rest")\n    args[0].calls = 1\n    return x * 2 if y is None else y\n',
+        [(POSITIVE, STATE), (NEGATIVE, STATE)],
+    ),
+    # The branches' results have different shapes: cond fails making its fake call,
+    # and what it had put in the graph must go.
+    "results_of_different_shapes": (
+        SITE + "    if y is None:\n        return x.sum(0)\n    return y[:1]\n",
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
+}
+
+
+def _run(function, calls, backend: str) -> tuple[list[tuple[torch.Tensor, str]], int]:
+    """Results and printed text of ``function`` compiled and called on each of ``calls``
+    in inference, from a clean TorchDynamo state; the number of graphs compiled."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(function, backend=counter)
+    seen = []
+    for args in calls:
+        printed = io.StringIO()
+        with torch.no_grad(), contextlib.redirect_stdout(printed):
+            seen.append((compiled(*args), printed.getvalue()))
+    return seen, counter.frame_count
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_as_plain_compile(load_both, case: str, backend: str) -> None:
+    source, calls = CASES[case]
+    plain, mended = load_both(source)
+    expected, plain_graphs = _run(plain.f, calls, backend)
+    actual, graphs = _run(mended.f, calls, backend)
+    for (value, printed), (plain_value, plain_printed) in zip(actual, expected, strict=True):
+        assert torch.equal(value, plain_value)
+        assert printed == plain_printed
+    assert graphs <= plain_graphs
