@@ -1,4 +1,5 @@
-"""Continuation predication against code written to trip it: what tracing both branches
+"""Continuation predication against code written to trip it: what the copies of the
+rest of a function could see differently (strides) and what tracing both branches
 leaves behind (deferred output, graph nodes).
 Each program is compiled plain and through GraphMend, in inference: the same results
 and printed output, and no more graphs."""
@@ -15,6 +16,8 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 X = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
 POSITIVE, NEGATIVE = X.abs() + 0.1, -X.abs() - 0.1
+#: A transposed view: not contiguous.
+TRANSPOSED = torch.randn(4, 2, generator=torch.Generator().manual_seed(1)).t().abs() + 0.1
 
 STATE = types.SimpleNamespace(calls=0)
 
@@ -31,6 +34,11 @@ def f(x, *args):
 """
 
 CASES = {
+    # A dense copy of a strided argument would be contiguous.
+    "contiguity_read": (
+        SITE + "    k = 2 if x.is_contiguous() else 3\n    return x * k if y is None else y * k\n",
+        [(TRANSPOSED,), (-TRANSPOSED,)],
+    ),
     # Output in the rest: tracing both branches defers both calls.
     "print_in_the_rest": (
         SITE + '    print("none" if y is None else "some")\n    return x * 2\n',

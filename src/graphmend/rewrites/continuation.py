@@ -64,6 +64,21 @@ MAX_STATEMENTS = 200
 
 _FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval", "dir"})
 
+#: Tensor attributes that tell a strided view from a dense copy of it.
+_LAYOUT_READS = frozenset(
+    {
+        "stride",
+        "is_contiguous",
+        "is_non_overlapping_and_dense",
+        "storage_offset",
+        "data_ptr",
+        "untyped_storage",
+        "storage",
+        "as_strided",
+        "is_set_to",
+    }
+)
+
 
 class ContinuationRewrite:
     """Folds the rest of a function into both branches of a predicated site."""
@@ -131,7 +146,7 @@ class ContinuationRewrite:
             arguments,
             load(names["else"]),
             copy.deepcopy(arguments),
-            ast.Constant(_may_update_in_place(then_body + else_body)),
+            ast.Constant(_layout_matters(then_body + else_body)),
         )
         merged = load(names["continued"])
         taken = ast.If(
@@ -266,10 +281,13 @@ def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
             pending.extend(ast.iter_child_nodes(node))
 
 
-def _may_update_in_place(body: list[ast.stmt]) -> bool:
-    """Whether ``body`` may update a tensor in place: ``x += 1``, ``x[i] = v``, a method
-    named like an in-place one (``add_``), an ``out=`` argument."""
+def _layout_matters(body: list[ast.stmt]) -> bool:
+    """Whether ``body`` may tell a tensor from a dense copy of it: update it in place
+    (``x += 1``, ``x[i] = v``, a method named like an in-place one such as ``add_``, an
+    ``out=`` argument) or read its layout (``x.stride()``, ``x.is_contiguous()``...)."""
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Attribute) and node.attr in _LAYOUT_READS:
+            return True
         if isinstance(node, ast.AugAssign):
             return True
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):

@@ -36,23 +36,24 @@ def continuation(
     then_arguments: Sequence[Any],
     else_function: Callable[..., tuple[Any]],
     else_arguments: Sequence[Any],
-    updates_in_place: bool,
+    layout_matters: bool,
 ) -> tuple[Any] | None:
     """``(result,)`` of the function, from the branch ``condition`` takes, under
     ``torch.cond``; ``None`` to run the original code.  Each function runs one
     branch and the rest of the enclosing function, and returns ``(its result,)``;
-    ``updates_in_place``: their code may update a tensor in place."""
+    ``layout_matters``: their code may update a tensor in place or read its layout
+    (strides, contiguity), which a dense copy of an argument would change."""
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
     if torch.is_grad_enabled():
         declined("continuation", "autograd records: torch.cond is used only in inference")
         return None
     sparse = any(_strided_view(v) for v in (*then_arguments, *else_arguments))
-    if sparse and updates_in_place:
+    if sparse and layout_matters:
         declined(
             "continuation",
-            "a branch may update a tensor in place, and an argument is a strided view "
-            "(torch.cond needs dense inputs, a copy would not see the update)",
+            "a branch may update a tensor in place or read its strides, and an argument "
+            "is a strided view (torch.cond needs dense inputs, a copy would differ)",
         )
         return None
     then_arguments = tuple(_dense(v) for v in then_arguments)
