@@ -1,6 +1,6 @@
 """Continuation predication against code written to trip it: what the copies of the
-rest of a function could see differently (strides) and what tracing both branches
-leaves behind (deferred output, graph nodes).
+rest of a function could see differently (closure cells, strides) and what tracing both
+branches leaves behind (deferred output, graph nodes).
 Each program is compiled plain and through GraphMend, in inference: the same results
 and printed output, and no more graphs."""
 
@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import textwrap
 import types
 
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
+
+from graphmend.pipeline import rewrite
 
 X = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
 POSITIVE, NEGATIVE = X.abs() + 0.1, -X.abs() - 0.1
@@ -34,6 +37,12 @@ def f(x, *args):
 """
 
 CASES = {
+    # A function defined before the site reads `scale` from a cell the rest rebinds.
+    "closure_before_the_site": (
+        SITE.replace("*args):", "*args):\n    scale = 1.0\n    g = lambda t: t * scale")
+        + "    scale = 3.0\n    return g(x) if y is None else g(y)\n",
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
     # A dense copy of a strided argument would be contiguous.
     "contiguity_read": (
         SITE + "    k = 2 if x.is_contiguous() else 3\n    return x * k if y is None else y * k\n",
@@ -88,3 +97,41 @@ def test_compiled_as_plain_compile(load_both, case: str, backend: str) -> None:
         assert torch.equal(value, plain_value)
         assert printed == plain_printed
     assert graphs <= plain_graphs
+
+
+def _declined(source: str) -> str:
+    result = rewrite(textwrap.dedent(source), "<test>", {"predicate", "continuation"})
+    reasons = [f.reason for f in result.findings if f.rewrite == "continuation"]
+    assert len(reasons) == 1 and "shared with a function defined before" in reasons[0], reasons
+    return reasons[0]
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "    def bump():\n        nonlocal total\n        total = total + 1\n",
+        "    later = (t * total for t in x)\n",
+        "    class Holder:\n        def get(self):\n            return total\n",
+    ],
+)
+def test_a_cell_shared_with_code_defined_before_the_site_is_declined(before: str) -> None:
+    """The nested code would see (or update) ``f``'s cell, the copies their own local."""
+    source = (
+        "import torch\n\ndef f(x):\n    total = x.sum()\n"
+        + before
+        + "    if x.sum() > 0:\n        y = x + 1\n    else:\n        y = None\n"
+        "    total = total * 2\n    return total if y is None else y\n"
+    )
+    assert "'total'" in _declined(source)
+
+
+def test_a_closure_made_in_the_rest_is_continued() -> None:
+    """Defined in the copies, it closes over the copies' own locals."""
+    source = (
+        SITE
+        + "    scale = 3.0\n    g = lambda t: t * scale\n    return g(x) if y is None else g(y)\n"
+    )
+    result = rewrite(source, "<test>", {"predicate", "continuation"})
+    assert [f.decision.value for f in result.findings if f.rewrite == "continuation"] == [
+        "rewritten"
+    ]

@@ -22,8 +22,9 @@ in the copies returns a 1-tuple.  Whether ``torch.cond`` can capture the
 branches is found out while tracing (:mod:`graphmend.runtime.continuation`);
 statically the site is declined where the copies could not run as the original
 does: a generator, ``global``/``nonlocal``, zero-argument ``super()``,
-``locals()``, a local read that may be unbound at the ``if``, and the bound on
-duplication below.
+``locals()``, a local read that may be unbound at the ``if``, a local shared with
+a function defined before the site (it holds the frame's cell, the copies their own
+local), and the bound on duplication below.
 
 Duplication: one site per function, the rest of the function at most
 :data:`MAX_STATEMENTS` statements; the copies are made after the other rewrites,
@@ -38,9 +39,11 @@ from collections.abc import Iterator
 
 from graphmend.analysis.bindings import (
     bound_before,
+    bound_in,
     local_names,
     parameter_names,
     read_before_written,
+    shared_with_nested,
 )
 from graphmend.findings import Decision, Finding, site_source
 from graphmend.rewrites.common import (
@@ -135,6 +138,16 @@ class ContinuationRewrite:
         unbound = sorted(set(parameters) - bound_before(function, site))
         if unbound:
             raise Decline(f"the rest of the function reads {unbound[0]!r}, maybe unbound here")
+        # The copies get their own locals: a nested function defined before the site
+        # would neither see what they bind nor update what they were given.
+        shared = shared_with_nested(function, [site, *rest]) & (
+            set(parameters) | bound_in(then_body + else_body)
+        )
+        if shared:
+            raise Decline(
+                f"{min(shared)!r} is shared with a function defined before the site, and "
+                "the copies of the rest would hold their own"
+            )
         names = self.module.fresh_names("then", "else", "continued")
         then_function = make_function(names["then"], parameters, _returning_tuples(then_body), [])
         else_function = make_function(names["else"], parameters, _returning_tuples(else_body), [])
