@@ -1,6 +1,6 @@
-"""Continuation predication against code written to trip it: what the copies of the
-rest of a function could see differently (closure cells, strides) and what tracing both
-branches leaves behind (deferred output, graph nodes).
+"""Continuation predication and T1 against code written to trip them: what the copies
+of the rest of a function could see differently (closure cells, strides), what tracing
+both branches leaves behind (deferred output, graph nodes), an untaken branch that raises.
 Each program is compiled plain and through GraphMend, in inference: the same results
 and printed output, and no more graphs."""
 
@@ -69,6 +69,30 @@ CASES = {
         SITE + "    if y is None:\n        return x.sum(0)\n    return y[:1]\n",
         [(POSITIVE,), (NEGATIVE,)],
     ),
+}
+
+
+#: T1 evaluates both branches where it merges them with torch.where: the untaken one
+#: must not raise where the original never ran it.  Each divides integer tensors by a
+#: divisor the condition finds zero.
+DIVIDING = """
+import torch
+
+def f(a, b):
+    if (b != 0).all():
+        y = {}
+    else:
+        y = a
+    return y + 1
+"""
+INTEGERS, ZERO_DIVISOR = torch.tensor([4, 6]), torch.tensor([0, 3])
+CASES |= {
+    f"where_merge_{name}": (DIVIDING.format(quotient), [(INTEGERS, ZERO_DIVISOR)])
+    for name, quotient in [
+        ("floor_division", "a // b"),
+        ("remainder", "a % b"),
+        ("rounding_division", 'a.div(b, rounding_mode="floor")'),
+    ]
 }
 
 
