@@ -95,6 +95,25 @@ CASES |= {
     ]
 }
 
+#: An untaken branch that fails where TorchDynamo traces it (fake tensors check shapes).
+SHAPE_ERROR = """
+import torch
+
+def f(x, z):
+    if x.sum() > 0:
+        y = {}
+    else:
+        y = x[:1] * 2
+    return y
+"""
+CASES |= {
+    f"where_merge_{name}": (SHAPE_ERROR.format(branch), [(NEGATIVE, torch.ones(3, 2))])
+    for name, branch in [
+        ("reshape_to_another_size", "x.reshape(3, -1)"),
+        ("cat_of_mismatched_shapes", "torch.cat([x, z], dim=1)"),
+    ]
+}
+
 
 def _run(function, calls, backend: str) -> tuple[list[tuple[torch.Tensor, str]], int]:
     """Results and printed text of ``function`` compiled and called on each of ``calls``

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from graphmend.runtime import cond_layout
+from graphmend.runtime.attempts import Attempt, first_line, tracer_control
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined, record_at
 
@@ -97,28 +98,23 @@ def _capture(context: Any) -> None:
     """Runs in Python while TorchDynamo traces :func:`continuation`: ``torch.cond``
     through TorchDynamo's own handler, its operands' layout pinned for TorchInductor
     (:mod:`graphmend.runtime.cond_layout`); its result becomes the local ``merged``."""
-    from torch._dynamo import exc
-
-    # TorchDynamo's own control flow (restart the analysis, skip the frame) must pass;
-    # anything else cond raises means it cannot capture the branches.
-    passing = (exc.RestartAnalysis, exc.SkipFrame)
     try:
         tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
         handler = _cond_handler()
         arguments = [_variable(context, name) for name in ("predicate", "then_branch")]
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
-        attempt = _Attempt(tracer)
+        attempt = Attempt(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
     try:
         result = handler.call_function(tracer, arguments, {})
-    except passing:
+    except tracer_control():
         raise
-    except Exception as error:
+    except Exception as error:  # anything else: cond cannot capture the branches
         attempt.undo()
-        record_at(context, "continuation", f"torch.cond cannot capture it: {_first_line(error)}")
+        record_at(context, "continuation", f"torch.cond cannot capture it: {first_line(error)}")
         return
     if attempt.deferred_calls():
         # Both branches were traced: the calls both deferred would run after the graph.
@@ -135,40 +131,6 @@ def _capture(context: Any) -> None:
     frame_locals["merged"] = result
 
 
-class _Attempt:
-    """The tracer's state before a ``torch.cond`` is tried, to take the attempt back:
-    nothing of it may stay when the original code runs instead (a node left in the
-    graph fails the backend, an attribute stored or an output call deferred by a
-    branch would happen again)."""
-
-    def __init__(self, tracer: Any) -> None:
-        self.tracer = tracer
-        self.graph = tracer.output.graph
-        self.versions = cond_layout.tensor_versions(self.graph)
-        self.nodes = set(self.graph.nodes)
-        self.side_effects = tracer.output.side_effects.clone()
-        self.deferred = len(tracer.debug_locals)
-
-    def added(self, target: Any = None) -> list[Any]:
-        """The nodes the attempt added, in graph order (those calling ``target``)."""
-        return [
-            node
-            for node in self.graph.nodes
-            if node not in self.nodes and (target is None or node.target is target)
-        ]
-
-    def deferred_calls(self) -> bool:
-        """Whether the branches deferred calls to run after the graph."""
-        return len(self.tracer.debug_locals) > self.deferred
-
-    def undo(self) -> None:
-        for node in reversed(self.added()):
-            if node.op != "placeholder":
-                self.tracer.output.remove_node(node)
-        self.tracer.output.side_effects = self.side_effects
-        del self.tracer.debug_locals[self.deferred :]
-
-
 def _cond_handler() -> Any:
     from torch._dynamo.variables.higher_order_ops import TorchHigherOrderOperatorVariable
 
@@ -183,9 +145,3 @@ def _empty_tuple() -> Any:
     from torch._dynamo.variables import TupleVariable
 
     return TupleVariable([])
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if "doesn't work unless it is captured" not in line]
-    return (useful or lines or [type(error).__name__])[0][:300]
