@@ -234,6 +234,35 @@ def _reads_enclosing(scope: ast.AST, name: str) -> bool:
     return name not in parameters and name not in _bound_in_own_scope(body)
 
 
+def shared_with_nested(function: FunctionNode, excluded: list[ast.stmt]) -> frozenset[str]:
+    """Locals of ``function`` that a function, lambda, class or generator expression
+    defined in it, outside the statements ``excluded``, may read or rebind later: they
+    live in cells the nested code shares with ``function``'s frame."""
+    skipped = {id(node) for statement in excluded for node in walk(statement)}
+    candidates = local_names(function)
+    shared: set[str] = set()
+    for node in walk(function):
+        if node is function or id(node) in skipped:
+            continue
+        if isinstance(node, ast.GeneratorExp):
+            shared |= names_read(node) & candidates
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            shared |= {name for name in candidates if _reads_enclosing(node, name)}
+            declared = {
+                name
+                for inner in walk(node)
+                if isinstance(inner, ast.Nonlocal)
+                for name in inner.names
+            }
+            shared |= declared & candidates
+    return frozenset(shared)
+
+
+def bound_in(body: list[ast.stmt]) -> frozenset[str]:
+    """Names ``body`` binds in its own scope (see :func:`local_names`)."""
+    return _bound_in_own_scope(list(body))
+
+
 def local_names(function: FunctionNode) -> frozenset[str]:
     """The names local to ``function``: its parameters and what its own body binds."""
     return parameter_names(function) | _bound_in_own_scope(list(function.body))

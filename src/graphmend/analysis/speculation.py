@@ -128,6 +128,13 @@ class SpeculationChecker:
     def _operator(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult):
             self.facts.expensive = True
+        if isinstance(node.op, ast.FloorDiv | ast.Mod) and not _is_nonzero_number(node.right):
+            self._dividing(ast.unparse(node))
+
+    def _dividing(self, what: str) -> None:
+        # Integer tensors (and Python numbers) raise ZeroDivisionError on a zero divisor,
+        # which the untaken branch may hold: the condition often guards against it.
+        self.facts.refuse(f"{what} divides by a value that may be zero, as an integer")
 
     def _call(self, call: ast.Call) -> None:
         if any(isinstance(arg, ast.Starred) for arg in call.args) or any(
@@ -141,6 +148,8 @@ class SpeculationChecker:
             self._known_function(name, func)
             return
         if isinstance(func, ast.Attribute) and func.attr in PURE_TENSOR_METHODS:
+            if func.attr == "div" and any(k.arg == "rounding_mode" for k in call.keywords):
+                self._dividing(ast.unparse(call))
             if func.attr in _MODULE_CONVERSIONS and isinstance(func.value, ast.Attribute):
                 self.facts.refuse(
                     f"it calls {ast.unparse(func)}(), which converts a module in place if "
@@ -234,6 +243,10 @@ def _is_number(expr: ast.expr) -> bool:
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
         expr = expr.operand
     return isinstance(expr, ast.Constant) and type(expr.value) in (int, float, bool)
+
+
+def _is_nonzero_number(expr: ast.expr) -> bool:
+    return _is_number(expr) and ast.literal_eval(expr) != 0
 
 
 def _read_value(call: ast.Call) -> ast.expr:

@@ -22,8 +22,9 @@ in the copies returns a 1-tuple.  Whether ``torch.cond`` can capture the
 branches is found out while tracing (:mod:`graphmend.runtime.continuation`);
 statically the site is declined where the copies could not run as the original
 does: a generator, ``global``/``nonlocal``, zero-argument ``super()``,
-``locals()``, a local read that may be unbound at the ``if``, and the bound on
-duplication below.
+``locals()``, a local read that may be unbound at the ``if``, a local shared with
+a function defined before the site (it holds the frame's cell, the copies their own
+local), and the bound on duplication below.
 
 Duplication: one site per function, the rest of the function at most
 :data:`MAX_STATEMENTS` statements; the copies are made after the other rewrites,
@@ -38,9 +39,11 @@ from collections.abc import Iterator
 
 from graphmend.analysis.bindings import (
     bound_before,
+    bound_in,
     local_names,
     parameter_names,
     read_before_written,
+    shared_with_nested,
 )
 from graphmend.findings import Decision, Finding, site_source
 from graphmend.rewrites.common import (
@@ -63,6 +66,21 @@ from graphmend.rewrites.common import (
 MAX_STATEMENTS = 200
 
 _FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval", "dir"})
+
+#: Tensor attributes that tell a strided view from a dense copy of it.
+_LAYOUT_READS = frozenset(
+    {
+        "stride",
+        "is_contiguous",
+        "is_non_overlapping_and_dense",
+        "storage_offset",
+        "data_ptr",
+        "untyped_storage",
+        "storage",
+        "as_strided",
+        "is_set_to",
+    }
+)
 
 
 class ContinuationRewrite:
@@ -120,6 +138,16 @@ class ContinuationRewrite:
         unbound = sorted(set(parameters) - bound_before(function, site))
         if unbound:
             raise Decline(f"the rest of the function reads {unbound[0]!r}, maybe unbound here")
+        # The copies get their own locals: a nested function defined before the site
+        # would neither see what they bind nor update what they were given.
+        shared = shared_with_nested(function, [site, *rest]) & (
+            set(parameters) | bound_in(then_body + else_body)
+        )
+        if shared:
+            raise Decline(
+                f"{min(shared)!r} is shared with a function defined before the site, and "
+                "the copies of the rest would hold their own"
+            )
         names = self.module.fresh_names("then", "else", "continued")
         then_function = make_function(names["then"], parameters, _returning_tuples(then_body), [])
         else_function = make_function(names["else"], parameters, _returning_tuples(else_body), [])
@@ -131,7 +159,7 @@ class ContinuationRewrite:
             arguments,
             load(names["else"]),
             copy.deepcopy(arguments),
-            ast.Constant(_may_update_in_place(then_body + else_body)),
+            ast.Constant(_layout_matters(then_body + else_body)),
         )
         merged = load(names["continued"])
         taken = ast.If(
@@ -266,10 +294,13 @@ def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
             pending.extend(ast.iter_child_nodes(node))
 
 
-def _may_update_in_place(body: list[ast.stmt]) -> bool:
-    """Whether ``body`` may update a tensor in place: ``x += 1``, ``x[i] = v``, a method
-    named like an in-place one (``add_``), an ``out=`` argument."""
+def _layout_matters(body: list[ast.stmt]) -> bool:
+    """Whether ``body`` may tell a tensor from a dense copy of it: update it in place
+    (``x += 1``, ``x[i] = v``, a method named like an in-place one such as ``add_``, an
+    ``out=`` argument) or read its layout (``x.stride()``, ``x.is_contiguous()``...)."""
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Attribute) and node.attr in _LAYOUT_READS:
+            return True
         if isinstance(node, ast.AugAssign):
             return True
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from graphmend.runtime import cond_layout
+from graphmend.runtime.attempts import Attempt, first_line, tracer_control
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined, record_at
 
@@ -36,23 +37,24 @@ def continuation(
     then_arguments: Sequence[Any],
     else_function: Callable[..., tuple[Any]],
     else_arguments: Sequence[Any],
-    updates_in_place: bool,
+    layout_matters: bool,
 ) -> tuple[Any] | None:
     """``(result,)`` of the function, from the branch ``condition`` takes, under
     ``torch.cond``; ``None`` to run the original code.  Each function runs one
     branch and the rest of the enclosing function, and returns ``(its result,)``;
-    ``updates_in_place``: their code may update a tensor in place."""
+    ``layout_matters``: their code may update a tensor in place or read its layout
+    (strides, contiguity), which a dense copy of an argument would change."""
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
     if torch.is_grad_enabled():
         declined("continuation", "autograd records: torch.cond is used only in inference")
         return None
     sparse = any(_strided_view(v) for v in (*then_arguments, *else_arguments))
-    if sparse and updates_in_place:
+    if sparse and layout_matters:
         declined(
             "continuation",
-            "a branch may update a tensor in place, and an argument is a strided view "
-            "(torch.cond needs dense inputs, a copy would not see the update)",
+            "a branch may update a tensor in place or read its strides, and an argument "
+            "is a strided view (torch.cond needs dense inputs, a copy would differ)",
         )
         return None
     then_arguments = tuple(_dense(v) for v in then_arguments)
@@ -96,44 +98,34 @@ def _capture(context: Any) -> None:
     """Runs in Python while TorchDynamo traces :func:`continuation`: ``torch.cond``
     through TorchDynamo's own handler, its operands' layout pinned for TorchInductor
     (:mod:`graphmend.runtime.cond_layout`); its result becomes the local ``merged``."""
-    from torch._dynamo import exc
-
-    # TorchDynamo's own control flow (restart the analysis, skip the frame) must pass;
-    # anything else cond raises means it cannot capture the branches.
-    passing = (exc.RestartAnalysis, exc.SkipFrame)
     try:
         tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
         handler = _cond_handler()
         arguments = [_variable(context, name) for name in ("predicate", "then_branch")]
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
-        saved_effects = tracer.output.side_effects.clone()
-        graph = tracer.output.graph
-        versions = cond_layout.tensor_versions(graph)
-        before = set(graph.nodes)
+        attempt = Attempt(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
     try:
         result = handler.call_function(tracer, arguments, {})
-    except passing:
+    except tracer_control():
         raise
-    except Exception as error:
-        # What the failed attempt recorded (an attribute stored in a branch) must not
-        # happen: the original code does it again.
-        tracer.output.side_effects = saved_effects
-        record_at(context, "continuation", f"torch.cond cannot capture it: {_first_line(error)}")
+    except Exception as error:  # anything else: cond cannot capture the branches
+        attempt.undo()
+        record_at(context, "continuation", f"torch.cond cannot capture it: {first_line(error)}")
         return
-    added = [node for node in graph.nodes if node not in before]
+    if attempt.deferred_calls():
+        # Both branches were traced: the calls both deferred would run after the graph.
+        attempt.undo()
+        record_at(context, "continuation", "a branch defers an output call (print, logging)")
+        return
     try:
-        for cond in (node for node in added if node.target is torch.ops.higher_order.cond):
-            cond_layout.pin_operands(graph, cond, versions)
+        for cond in attempt.added(torch.ops.higher_order.cond):
+            cond_layout.pin_operands(attempt.graph, cond, attempt.versions)
     except cond_layout.Unpinnable as error:
-        # Nothing of the attempt may stay: the original code runs instead.
-        for node in reversed(added):
-            if node.op != "placeholder":
-                tracer.output.remove_node(node)
-        tracer.output.side_effects = saved_effects
+        attempt.undo()
         record_at(context, "continuation", f"TorchInductor could not run the torch.cond: {error}")
         return
     frame_locals["merged"] = result
@@ -153,9 +145,3 @@ def _empty_tuple() -> Any:
     from torch._dynamo.variables import TupleVariable
 
     return TupleVariable([])
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if "doesn't work unless it is captured" not in line]
-    return (useful or lines or [type(error).__name__])[0][:300]

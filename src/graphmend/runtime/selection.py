@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphmend.runtime.attempts import call_or_none
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import IMMUTABLE_TYPES
@@ -142,10 +143,14 @@ def branch(
         declined("predicate", "a branch that calls a submodule reads a Python float")
         return None
     predicate = truth(condition)
-    then_values = then_function(*then_arguments)
-    else_values = else_function(*else_arguments)
+    # Both branches are traced, and the untaken one may fail where it is traced (a
+    # reshape to a size its tensor does not have): that runs the original if.
+    then_values = call_or_none("predicate", then_function, then_arguments)
+    else_values = call_or_none("predicate", else_function, else_arguments)
     if then_values is None or else_values is None:
-        declined("predicate", "an if inside a branch runs its original code")
+        declined(
+            "predicate", "a branch runs its original code (an if inside it, or a failed trace)"
+        )
         return None
     plan = _merge_plan(then_values, else_values)
     if plan is None:

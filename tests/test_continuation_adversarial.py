@@ -1,0 +1,180 @@
+"""Continuation predication and T1 against code written to trip them: what the copies
+of the rest of a function could see differently (closure cells, strides), what tracing
+both branches leaves behind (deferred output, graph nodes), an untaken branch that raises.
+Each program is compiled plain and through GraphMend, in inference: the same results
+and printed output, and no more graphs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import textwrap
+import types
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from graphmend.pipeline import rewrite
+
+X = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
+POSITIVE, NEGATIVE = X.abs() + 0.1, -X.abs() - 0.1
+#: A transposed view: not contiguous.
+TRANSPOSED = torch.randn(4, 2, generator=torch.Generator().manual_seed(1)).t().abs() + 0.1
+
+STATE = types.SimpleNamespace(calls=0)
+
+#: Every program opens with a site whose branches give a tensor and None: T1 cannot
+#: merge them, continuation folds the rest of the function into both.
+SITE = """
+import torch
+
+def f(x, *args):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+"""
+
+CASES = {
+    # A function defined before the site reads `scale` from a cell the rest rebinds.
+    "closure_before_the_site": (
+        SITE.replace("*args):", "*args):\n    scale = 1.0\n    g = lambda t: t * scale")
+        + "    scale = 3.0\n    return g(x) if y is None else g(y)\n",
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
+    # A dense copy of a strided argument would be contiguous.
+    "contiguity_read": (
+        SITE + "    k = 2 if x.is_contiguous() else 3\n    return x * k if y is None else y * k\n",
+        [(TRANSPOSED,), (-TRANSPOSED,)],
+    ),
+    # Output in the rest: tracing both branches defers both calls.
+    "print_in_the_rest": (
+        SITE + '    print("none" if y is None else "some")\n    return x * 2\n',
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
+    "tensor_printed_in_the_rest": (
+        SITE.replace("y = None", "y = x[:1] - 1") + '    print("y", y)\n    return y * 2\n',
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
+    # An attribute store after the output: cond cannot capture it, and the output the
+    # attempt deferred must not run besides the original's.
+    "print_then_a_failed_attempt": (
+        SITE + '    print("rest")\n    args[0].calls = 1\n    return x * 2 if y is None else y\n',
+        [(POSITIVE, STATE), (NEGATIVE, STATE)],
+    ),
+    # The branches' results have different shapes: cond fails making its fake call,
+    # and what it had put in the graph must go.
+    "results_of_different_shapes": (
+        SITE + "    if y is None:\n        return x.sum(0)\n    return y[:1]\n",
+        [(POSITIVE,), (NEGATIVE,)],
+    ),
+}
+
+
+#: T1 evaluates both branches where it merges them with torch.where: the untaken one
+#: must not raise where the original never ran it.  Each divides integer tensors by a
+#: divisor the condition finds zero.
+DIVIDING = """
+import torch
+
+def f(a, b):
+    if (b != 0).all():
+        y = {}
+    else:
+        y = a
+    return y + 1
+"""
+INTEGERS, ZERO_DIVISOR = torch.tensor([4, 6]), torch.tensor([0, 3])
+CASES |= {
+    f"where_merge_{name}": (DIVIDING.format(quotient), [(INTEGERS, ZERO_DIVISOR)])
+    for name, quotient in [
+        ("floor_division", "a // b"),
+        ("remainder", "a % b"),
+        ("rounding_division", 'a.div(b, rounding_mode="floor")'),
+    ]
+}
+
+#: An untaken branch that fails where TorchDynamo traces it (fake tensors check shapes).
+SHAPE_ERROR = """
+import torch
+
+def f(x, z):
+    if x.sum() > 0:
+        y = {}
+    else:
+        y = x[:1] * 2
+    return y
+"""
+CASES |= {
+    f"where_merge_{name}": (SHAPE_ERROR.format(branch), [(NEGATIVE, torch.ones(3, 2))])
+    for name, branch in [
+        ("reshape_to_another_size", "x.reshape(3, -1)"),
+        ("cat_of_mismatched_shapes", "torch.cat([x, z], dim=1)"),
+    ]
+}
+
+
+def _run(function, calls, backend: str) -> tuple[list[tuple[torch.Tensor, str]], int]:
+    """Results and printed text of ``function`` compiled and called on each of ``calls``
+    in inference, from a clean TorchDynamo state; the number of graphs compiled."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(function, backend=counter)
+    seen = []
+    for args in calls:
+        printed = io.StringIO()
+        with torch.no_grad(), contextlib.redirect_stdout(printed):
+            seen.append((compiled(*args), printed.getvalue()))
+    return seen, counter.frame_count
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_as_plain_compile(load_both, case: str, backend: str) -> None:
+    source, calls = CASES[case]
+    plain, mended = load_both(source)
+    expected, plain_graphs = _run(plain.f, calls, backend)
+    actual, graphs = _run(mended.f, calls, backend)
+    for (value, printed), (plain_value, plain_printed) in zip(actual, expected, strict=True):
+        assert torch.equal(value, plain_value)
+        assert printed == plain_printed
+    assert graphs <= plain_graphs
+
+
+def _declined(source: str) -> str:
+    result = rewrite(textwrap.dedent(source), "<test>", {"predicate", "continuation"})
+    reasons = [f.reason for f in result.findings if f.rewrite == "continuation"]
+    assert len(reasons) == 1 and "shared with a function defined before" in reasons[0], reasons
+    return reasons[0]
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "    def bump():\n        nonlocal total\n        total = total + 1\n",
+        "    later = (t * total for t in x)\n",
+        "    class Holder:\n        def get(self):\n            return total\n",
+    ],
+)
+def test_a_cell_shared_with_code_defined_before_the_site_is_declined(before: str) -> None:
+    """The nested code would see (or update) ``f``'s cell, the copies their own local."""
+    source = (
+        "import torch\n\ndef f(x):\n    total = x.sum()\n"
+        + before
+        + "    if x.sum() > 0:\n        y = x + 1\n    else:\n        y = None\n"
+        "    total = total * 2\n    return total if y is None else y\n"
+    )
+    assert "'total'" in _declined(source)
+
+
+def test_a_closure_made_in_the_rest_is_continued() -> None:
+    """Defined in the copies, it closes over the copies' own locals."""
+    source = (
+        SITE
+        + "    scale = 3.0\n    g = lambda t: t * scale\n    return g(x) if y is None else g(y)\n"
+    )
+    result = rewrite(source, "<test>", {"predicate", "continuation"})
+    assert [f.decision.value for f in result.findings if f.rewrite == "continuation"] == [
+        "rewritten"
+    ]
