@@ -66,6 +66,30 @@ class SequenceFirst(Attention):
         return self.o(self.inner(x.transpose(0, 1), attention_mask))
 
 
+# The result is returned transposed, laid out as the original lays it out.
+class TransposedResult(Attention):
+
+    def forward(self, x, attention_mask=None):
+        if torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+        else:
+            attention_mask = None
+        return self.o(self.inner(x, attention_mask)).transpose(0, 1)
+
+
+# The branches' results are laid out differently.
+class LayoutByMask(Attention):
+
+    def forward(self, x, attention_mask=None):
+        if torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+            out = self.inner(x, attention_mask).transpose(0, 1).contiguous()
+        else:
+            attention_mask = None
+            out = self.inner(x, attention_mask).transpose(0, 1)
+        return out * 2
+
+
 # The branch updates in place a tensor the module keeps, made in the graph.
 class UpdatingAState(Attention):
 
@@ -170,6 +194,27 @@ def test_a_pinned_operand_of_dynamic_shape_keeps_its_values(modules) -> None:
             padded[0, -2:] = 0
             for mask in (padded, full):
                 assert torch.equal(compiled(x, mask), plain(x, mask))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_result_keeps_the_layout_the_original_gives_it(modules, backend) -> None:
+    plain, mended = _pair(modules, "TransposedResult")
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True, backend=backend)
+    with torch.no_grad():
+        for mask in (PADDED, FULL):
+            result, expected = compiled(X, mask), plain(X, mask)
+            assert torch.equal(result, expected)
+            assert result.stride() == expected.stride()
+
+
+def test_branches_laying_out_their_results_differently_keep_the_break(modules) -> None:
+    plain, mended, reasons = _kept_break(modules, "LayoutByMask")
+    with torch.no_grad():
+        expected = plain(X, FULL)
+        result = compile_and_run(mended, X, FULL).result
+    assert result.stride() == expected.stride()
+    assert reasons, reasons
 
 
 def _kept_break(modules, name: str):

@@ -212,6 +212,34 @@ def test_a_store_by_index_leaves_tensors_saved_for_backward_alone():
     alike(STORE_BY_INDEX, scenario)
 
 
+@pytest.mark.parametrize("x", [torch.ones(3, 4), -torch.ones(3, 4)])
+def test_branch_values_laid_out_differently_keep_their_if(x):
+    # a merged value takes the layout of one operand: a view that fits the other
+    # branch's value could then fail, or succeed where the original fails
+    source = """
+    import torch
+    def f(x, w):
+        if x.sum() < 0:
+            y = (w * 3).t()
+        else:
+            y = (x * 2).contiguous()
+        return y.reshape(-1), y.stride()
+    def g(x, w):
+        if x.sum() < 0:
+            y = (w * 3).t()
+        else:
+            y = (x * 2).contiguous()
+        return y.view(-1)
+    """
+
+    def scenario(module, wrap):
+        w = torch.ones(4, 3)
+        viewed = wrap(module["g"])(x, w) if x.sum() > 0 else None  # else: raises eagerly
+        return wrap(module["f"])(x, w), viewed
+
+    alike(source, scenario)
+
+
 def test_global_store_in_a_branch():
     source = """
     import torch

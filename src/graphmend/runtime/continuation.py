@@ -85,13 +85,11 @@ def _dense(value: Any) -> Any:
 
 
 def _fresh(result: tuple[Any]) -> tuple[Any]:
-    """``result`` with each tensor a new dense copy: ``torch.cond``'s outputs may neither
-    alias its inputs nor be slices of a larger tensor."""
-    return torch.utils._pytree.tree_map_only(torch.Tensor, _dense_copy, result)
-
-
-def _dense_copy(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.clone(memory_format=torch.contiguous_format)
+    """``result`` with each tensor a new copy: ``torch.cond``'s outputs may neither alias
+    its inputs nor be slices of a larger tensor.  A dense tensor keeps its strides (a
+    transposed result stays transposed, as the original returns it); the branches' must
+    then agree, or ``torch.cond`` refuses them and the original ``if`` runs."""
+    return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, result)
 
 
 def _capture(context: Any) -> None:

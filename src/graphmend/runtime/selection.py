@@ -173,6 +173,11 @@ def branch(
         )
     if merged is None:
         return None
+    for value, taken in zip(merged, then_values, strict=True):
+        if isinstance(value, torch.Tensor) and value.stride() != taken.stride():
+            # a merged slice is dense: its strides differ from the branch's own
+            declined("predicate", "{0} would be laid out unlike the branch's {1}", value, taken)
+            return None
     count = len(merged) - len(in_place)
     for target, update in zip(in_place, merged[count:], strict=True):
         if not (isinstance(target, torch.Tensor) and _same_metadata(target, update)):
@@ -241,7 +246,11 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
         if _same_object(left, right):  # either way: keep it, identity included
             plan.append(False)
         elif isinstance(left, torch.Tensor):
-            if not _same_metadata(left, right) or left.layout != torch.strided:
+            if (
+                not _same_metadata(left, right)
+                or left.layout != torch.strided
+                or left.stride() != right.stride()
+            ):
                 return None
             plan.append(True)
         elif _identical(left, right):
