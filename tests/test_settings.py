@@ -6,6 +6,7 @@ import importlib
 import json
 import re
 import site
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -388,3 +389,32 @@ def test_check_reports_the_cache_off(monkeypatch, capsys, cache_dir):
 )
 def test_torch_version_requirement(version, specifier, holds):
     assert satisfies(version, specifier) is holds
+
+
+@pytest.fixture
+def homeless(monkeypatch):
+    """No home directory, as in a container run with a user id the system does not know."""
+    for variable in ("HOME", "XDG_CACHE_HOME", "LOCALAPPDATA"):
+        monkeypatch.delenv(variable, raising=False)
+
+    def no_home(cls=None):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", classmethod(no_home))
+    expanduser = Path.expanduser
+    monkeypatch.setattr(
+        Path, "expanduser", lambda self: no_home() if str(self)[:1] == "~" else expanduser(self)
+    )
+
+
+def test_no_home_directory_never_keeps_the_hook_out(homeless, monkeypatch, tmp_path):
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(tmp_path / "cache"))
+    assert graphmend.install(["mypkg"]).config.cache_dir == tmp_path / "cache"
+    monkeypatch.delenv("GRAPHMEND_CACHE_DIR")
+    directory = graphmend.install(["mypkg"]).config.cache_dir
+    assert directory.name.startswith("graphmend-") and directory.parent == Path(
+        tempfile.gettempdir()
+    )
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", "~/cache")
+    with pytest.raises(ConfigError, match=r"GRAPHMEND_CACHE_DIR='~/cache': '~' cannot be expanded"):
+        Config.from_env()
