@@ -269,6 +269,9 @@ import {name} as module
 
 print("torch imported:", "torch" in sys.modules)
 print("eager", module.Config().use_return_dict)
+import importlib.util
+
+importlib.util.find_spec("torch")  # as transformers' is_torch_available: no import yet
 import torch
 
 graphs = []
