@@ -111,6 +111,8 @@ class ModuleRewriter:
         except (SyntaxError, ValueError):  # ValueError: null bytes in the source
             # Python's own loader raises the very same error, with its usual traceback.
             return Outcome(Status.SYNTAX_ERROR, None)
+        except Exception as error:  # a RecursionError: the hook parses deeper in the stack
+            return Outcome(Status.FELL_BACK, None, reason=f"parsing failed: {_describe(error)}")
         try:
             result = rewrite(source, filename, self.config.rewrites, tree=tree)
         except Exception as error:
