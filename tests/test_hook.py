@@ -65,6 +65,14 @@ def test_claimed_module_keeps_its_identity(write_module, cache_dir, capsys):
     capsys.readouterr()
 
 
+def test_debug_log_without_stderr_never_breaks_an_import(write_module, cache_dir, monkeypatch):
+    # Python sets sys.stderr to None when started with file descriptor 2 closed (2>&-).
+    name = write_module(MODULE)
+    graphmend.activation.install_config(Config(packages=(name,), cache_dir=cache_dir, debug=True))
+    monkeypatch.setattr(sys, "stderr", None)
+    assert isinstance(importlib.import_module(name).__loader__, GraphMendLoader)
+
+
 def test_reload_goes_through_the_hook_again(write_module, cache_dir):
     name = write_module(MODULE)
     _install(name, cache_dir=cache_dir)
