@@ -265,6 +265,17 @@ def test_a_bad_value_at_startup_leaves_the_hook_out_with_one_line(variable, valu
     assert line.startswith(f"graphmend: the import hook was not installed: {variable}={value!r}: ")
 
 
+def test_a_bad_value_at_startup_without_stderr_writes_nothing(monkeypatch, capsys):
+    # Python sets sys.stderr to None when started with stderr closed (2>&-); an exception
+    # out of the .pth line would then be printed on stdout.
+    monkeypatch.setenv("GRAPHMEND", "1")
+    monkeypatch.setenv("GRAPHMEND_LOG", "verbose")
+    monkeypatch.setattr("sys.stderr", None)
+    graphmend_hook.activate_from_env()
+    assert capsys.readouterr().out == ""
+    assert graphmend.activation.current() is None
+
+
 def test_cuda_guards_setting():
     assert Config.from_env({}).cuda_guards == "async"
     assert Config.from_env({"GRAPHMEND_CUDA_GUARDS": " SYNC "}).cuda_guards == "sync"
