@@ -109,6 +109,14 @@ def test_syntax_error_in_the_script_is_reported_as_by_python(project):
     assert mended.stderr == plain.stderr
 
 
+def test_the_launchers_own_names_survive_the_run(project):
+    # A launcher (a console script, `python -c`) still reads its globals after main().
+    (project / "quiet.py").write_text("value = 1\n")
+    launcher = "import sys\nfrom graphmend.cli import main\nstatus = main(['run', '-m', 'quiet'])\n"
+    result = run_python("-c", launcher + "sys.exit(status + 4)", cwd=project)
+    assert result.returncode == 4, result.stderr
+
+
 def test_uncaught_exception_exits_1_with_the_scripts_traceback(project):
     (project / "crash.py").write_text("def boom():\n    raise KeyError('gone')\n\nboom()\n")
     plain = run_python("crash.py", cwd=project)

@@ -69,16 +69,12 @@ def run_script(
     if config is not None:
         installation = _install(config)
         code = installation.finder.rewriter.code_for(name, absolute, source)
-    main = types.ModuleType(name)
+    main = _fresh_main(name)
     main.__dict__.update(
         __file__=absolute,
         __cached__=None,
         __loader__=importlib.machinery.SourceFileLoader(name, absolute),
-        __builtins__=builtins,
     )
-    if sys.version_info < (3, 14):  # the interpreter's __main__ has it until PEP 649
-        main.__annotations__ = {}
-    sys.modules[name] = main
     sys.argv = [path, *args]
     if not getattr(sys.flags, "safe_path", False):  # Python 3.11+: -P
         # The interpreter resolves symbolic links: a linked script imports its neighbours.
@@ -103,12 +99,21 @@ def run_module(module: str, args: list[str], config: Config) -> None:
     _run_as_main(module, alter_argv=True)
 
 
+def _fresh_main(name: str) -> types.ModuleType:
+    """A module as the interpreter makes ``__main__`` (none of GraphMend's names in it),
+    registered in ``sys.modules``."""
+    main = types.ModuleType(name)
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    if sys.version_info < (3, 14):  # the interpreter's __main__ has it until PEP 649
+        main.__annotations__ = {}
+    sys.modules[name] = main
+    return main
+
+
 def _run_as_main(module: str, *, alter_argv: bool) -> None:
-    """``runpy``'s ``python -m`` in the interpreter's ``__main__`` module, rid first of
-    the names ``python -m graphmend`` defined there (the module sees only its own)."""
-    namespace = sys.modules["__main__"].__dict__
-    for name in [name for name in namespace if not name.startswith("__")]:
-        del namespace[name]
+    """``runpy``'s ``python -m`` in a fresh ``__main__`` module (the one ``python -m
+    graphmend`` runs in keeps its names, and the module sees only its own)."""
+    _fresh_main("__main__")
     run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
     _report_uncaught(lambda: run_as_main(module, alter_argv=alter_argv))
 
