@@ -31,7 +31,8 @@ def activate_from_env() -> None:
 
             graphmend.install()
     except Exception as error:
-        sys.stderr.write(f"graphmend: the import hook was not installed: {error}\n")
+        if sys.stderr is not None:  # None: started with stderr closed (2>&-)
+            sys.stderr.write(f"graphmend: the import hook was not installed: {error}\n")
 
 
 activate_from_env()

@@ -65,6 +65,14 @@ def test_claimed_module_keeps_its_identity(write_module, cache_dir, capsys):
     capsys.readouterr()
 
 
+def test_debug_log_without_stderr_never_breaks_an_import(write_module, cache_dir, monkeypatch):
+    # Python sets sys.stderr to None when started with file descriptor 2 closed (2>&-).
+    name = write_module(MODULE)
+    graphmend.activation.install_config(Config(packages=(name,), cache_dir=cache_dir, debug=True))
+    monkeypatch.setattr(sys, "stderr", None)
+    assert isinstance(importlib.import_module(name).__loader__, GraphMendLoader)
+
+
 def test_reload_goes_through_the_hook_again(write_module, cache_dir):
     name = write_module(MODULE)
     _install(name, cache_dir=cache_dir)
@@ -148,18 +156,21 @@ def test_non_utf8_source_with_a_coding_cookie(write_module, cache_dir, capsys):
     ).summary == {"defer": {"rewritten": 1}}
 
 
+@pytest.mark.parametrize("step", ["parse", "rewrite"])
 def test_a_module_the_rewrite_cannot_handle_loads_unchanged_with_one_warning(
-    write_module, cache_dir, monkeypatch, capsys
+    write_module, cache_dir, monkeypatch, capsys, step
 ):
+    # A long chain such as `1 + 1 + ... + 1` (about 2960 terms on Python 3.11) compiles,
+    # but parsing it to an AST a few frames deeper, in the hook, hits the recursion limit.
     name = write_module(MODULE)
 
     def broken(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr("graphmend.pipeline.rewrite", broken)
+    monkeypatch.setattr(f"graphmend.pipeline.{step}", broken)
     _install(name, cache_dir=cache_dir)
     with pytest.warns(
-        GraphMendWarning, match=rf"could not rewrite {name} \(RecursionError"
+        GraphMendWarning, match=rf"could not rewrite {name} \((parsing failed: )?RecursionError"
     ) as caught:
         module = importlib.import_module(name)
     assert len(caught) == 1
@@ -269,6 +280,9 @@ import {name} as module
 
 print("torch imported:", "torch" in sys.modules)
 print("eager", module.Config().use_return_dict)
+import importlib.util
+
+importlib.util.find_spec("torch")  # as transformers' is_torch_available: no import yet
 import torch
 
 graphs = []

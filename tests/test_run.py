@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ IDENTITY = textwrap.dedent(
     print(sys.path[0])
     print(__name__, __file__, __spec__, __package__, type(__loader__).__name__)
     print(sys.modules["__main__"].__dict__ is globals())
+    print(dir(sys.modules["__main__"]))
 
     def shout(x):
         print("shout", x)
@@ -63,10 +65,10 @@ def test_script_sees_what_plain_python_gives_it(project):
     plain = run_python("script.py", "a", "--flag", "3", cwd=project)
     mended = run_python("-m", "graphmend", "run", "script.py", "a", "--flag", "3", cwd=project)
     assert plain.returncode == mended.returncode == 3
-    assert _lines(plain)[:4] == _lines(mended)[:4]
-    assert _lines(plain)[4:] == ["fullgraph failed: Unsupported"]
+    assert _lines(plain)[:5] == _lines(mended)[:5]
+    assert _lines(plain)[5:] == ["fullgraph failed: Unsupported"]
     # The script's own module is rewritten: its print no longer breaks the graph.
-    assert _lines(mended)[4:] == ["shout tensor([1.])", "tensor([2.])"]
+    assert _lines(mended)[5:] == ["shout tensor([1.])", "tensor([2.])"]
 
 
 def test_module_sees_what_python_dash_m_gives_it(project):
@@ -74,8 +76,45 @@ def test_module_sees_what_python_dash_m_gives_it(project):
         plain = run_python("-m", module, "x", "0", cwd=project)
         mended = run_python("-m", "graphmend", "run", "-m", module, "x", "0", cwd=project)
         assert plain.returncode == mended.returncode == 0, mended.stderr
-        assert _lines(plain)[:4] == _lines(mended)[:4]
-        assert _lines(mended)[4:] == ["shout tensor([1.])", "tensor([2.])"]
+        assert _lines(plain)[:5] == _lines(mended)[:5]
+        assert _lines(mended)[5:] == ["shout tensor([1.])", "tensor([2.])"]
+
+
+def test_linked_script_directory_and_zip_run_as_with_python(project, tmp_path):
+    (project / "neighbour.py").write_text("")
+    (project / "script.py").write_text("import neighbour\n" + IDENTITY)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "linked.py").symlink_to(project / "script.py")
+    (project / "app").mkdir()
+    (project / "app" / "__main__.py").write_text(IDENTITY)
+    with zipfile.ZipFile(project / "app.zip", "w") as archive:
+        archive.write(project / "app" / "__main__.py", "__main__.py")
+    for target in (str(tmp_path / "bin" / "linked.py"), "app"):
+        plain = run_python(target, "0", cwd=project)
+        mended = run_python("-m", "graphmend", "run", target, "0", cwd=project)
+        assert plain.returncode == mended.returncode == 0, mended.stderr
+        assert _lines(plain)[:5] == _lines(mended)[:5]
+        assert _lines(mended)[5:] == ["shout tensor([1.])", "tensor([2.])"]
+        assert mended.stderr == plain.stderr
+    plain = run_python("app.zip", "0", cwd=project)  # zipped code is left as it is
+    mended = run_python("-m", "graphmend", "run", "app.zip", "0", cwd=project)
+    assert (_lines(mended), mended.stderr) == (_lines(plain), plain.stderr)
+
+
+def test_syntax_error_in_the_script_is_reported_as_by_python(project):
+    (project / "broken.py").write_text("import torch\ndef f(:\n    pass\n")
+    plain = run_python("broken.py", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "broken.py", cwd=project)
+    assert plain.returncode == mended.returncode == 1
+    assert mended.stderr == plain.stderr
+
+
+def test_the_launchers_own_names_survive_the_run(project):
+    # A launcher (a console script, `python -c`) still reads its globals after main().
+    (project / "quiet.py").write_text("value = 1\n")
+    launcher = "import sys\nfrom graphmend.cli import main\nstatus = main(['run', '-m', 'quiet'])\n"
+    result = run_python("-c", launcher + "sys.exit(status + 4)", cwd=project)
+    assert result.returncode == 4, result.stderr
 
 
 def test_uncaught_exception_exits_1_with_the_scripts_traceback(project):

@@ -6,6 +6,7 @@ import importlib
 import json
 import re
 import site
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -264,6 +265,17 @@ def test_a_bad_value_at_startup_leaves_the_hook_out_with_one_line(variable, valu
     assert line.startswith(f"graphmend: the import hook was not installed: {variable}={value!r}: ")
 
 
+def test_a_bad_value_at_startup_without_stderr_writes_nothing(monkeypatch, capsys):
+    # Python sets sys.stderr to None when started with stderr closed (2>&-); an exception
+    # out of the .pth line would then be printed on stdout.
+    monkeypatch.setenv("GRAPHMEND", "1")
+    monkeypatch.setenv("GRAPHMEND_LOG", "verbose")
+    monkeypatch.setattr("sys.stderr", None)
+    graphmend_hook.activate_from_env()
+    assert capsys.readouterr().out == ""
+    assert graphmend.activation.current() is None
+
+
 def test_cuda_guards_setting():
     assert Config.from_env({}).cuda_guards == "async"
     assert Config.from_env({"GRAPHMEND_CUDA_GUARDS": " SYNC "}).cuda_guards == "sync"
@@ -388,3 +400,32 @@ def test_check_reports_the_cache_off(monkeypatch, capsys, cache_dir):
 )
 def test_torch_version_requirement(version, specifier, holds):
     assert satisfies(version, specifier) is holds
+
+
+@pytest.fixture
+def homeless(monkeypatch):
+    """No home directory, as in a container run with a user id the system does not know."""
+    for variable in ("HOME", "XDG_CACHE_HOME", "LOCALAPPDATA"):
+        monkeypatch.delenv(variable, raising=False)
+
+    def no_home(cls=None):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", classmethod(no_home))
+    expanduser = Path.expanduser
+    monkeypatch.setattr(
+        Path, "expanduser", lambda self: no_home() if str(self)[:1] == "~" else expanduser(self)
+    )
+
+
+def test_no_home_directory_never_keeps_the_hook_out(homeless, monkeypatch, tmp_path):
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(tmp_path / "cache"))
+    assert graphmend.install(["mypkg"]).config.cache_dir == tmp_path / "cache"
+    monkeypatch.delenv("GRAPHMEND_CACHE_DIR")
+    directory = graphmend.install(["mypkg"]).config.cache_dir
+    assert directory.name.startswith("graphmend-") and directory.parent == Path(
+        tempfile.gettempdir()
+    )
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", "~/cache")
+    with pytest.raises(ConfigError, match=r"GRAPHMEND_CACHE_DIR='~/cache': '~' cannot be expanded"):
+        Config.from_env()

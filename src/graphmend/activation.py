@@ -138,6 +138,7 @@ def _warn_about_imported(installation: Installation, stacklevel: int) -> None:
         name
         for name, module in list(sys.modules.items())
         if installation.finder.claims(name)
+        and name != "__main__"  # the running program (``run DIRECTORY`` claims it)
         and str(getattr(module, "__file__", None) or "").endswith(".py")
         and not isinstance(getattr(module, "__loader__", None), GraphMendLoader)
     )

@@ -15,7 +15,7 @@ from graphmend.discovery import DiscoveryError, discover
 from graphmend.import_closure import imported_modules
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter, Status
-from graphmend.runner import ScriptError, run_module, run_script
+from graphmend.runner import ScriptError, run_module, run_path
 
 _RUN_USAGE = """\
 usage: {prog} run [-p PATTERN]... script.py [args...]
@@ -228,7 +228,7 @@ def _run(arguments: list[str], prog: str) -> int:
         return 0
     if not rest:
         raise UsageError(f"run needs a script or -m module (see '{prog} run -h')")
-    run_script(rest[0], rest[1:], _run_config(extra))
+    run_path(rest[0], rest[1:], _run_config(extra))
     return 0
 
 

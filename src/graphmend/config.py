@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -65,13 +66,23 @@ class ConfigError(ValueError):
 
 
 def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """The per-user cache directory, following each platform's convention."""
-    if sys.platform == "win32":
-        base = environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "graphmend" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "graphmend"
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    """The per-user cache directory, following each platform's convention.
+
+    A process with no home directory (``HOME`` unset and a user id the password
+    database does not know, as in containers run with an arbitrary ``--user``)
+    gets ``graphmend-<uid>`` in the temporary directory, as TorchInductor does;
+    the cache's ownership checks apply there as anywhere.
+    """
+    try:
+        if sys.platform == "win32":
+            base = environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+            return Path(base) / "graphmend" / "Cache"
+        if sys.platform == "darwin":
+            return Path.home() / "Library" / "Caches" / "graphmend"
+        base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    except (RuntimeError, KeyError):  # no home directory (KeyError: Python 3.10)
+        user = os.geteuid() if hasattr(os, "geteuid") else "user"
+        return Path(tempfile.gettempdir()) / f"graphmend-{user}"
     return Path(base) / "graphmend"
 
 
@@ -144,7 +155,12 @@ def _packages(value: str) -> tuple[str, ...]:
 
 
 def _cache_dir(value: str) -> Path | None:
-    return Path(value.strip()).expanduser() if value.strip() else None
+    if not value.strip():
+        return None
+    try:
+        return Path(value.strip()).expanduser()
+    except (RuntimeError, KeyError):  # KeyError: Python 3.10
+        raise ConfigError("'~' cannot be expanded: this process has no home directory") from None
 
 
 def _log(value: str) -> bool:
@@ -245,7 +261,8 @@ class Config:
         """Read the ``GRAPHMEND_*`` environment variables; a bad one is a :class:`ConfigError`."""
         values = {variable.field: _read(variable.name, environ) for variable in _VARIABLES}
         chosen = {name: value for name, value in values.items() if value is not None}
-        chosen.setdefault("cache_dir", default_cache_dir(environ))
+        if "cache_dir" not in chosen:  # looked up only when needed: it may find no home
+            chosen["cache_dir"] = default_cache_dir(environ)
         return cls(**chosen)
 
     def environment(self) -> dict[str, str]:

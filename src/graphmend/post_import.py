@@ -27,11 +27,16 @@ def _is_ready(name: str) -> bool:
 
 
 class _CallbackLoader:
-    """Wraps the real loader; runs the callbacks after the module executed."""
+    """Wraps the real loader; runs the module's callbacks once it has executed.
 
-    def __init__(self, loader: Any, callbacks: list[Callback]) -> None:
+    The callbacks are taken only then, not when the spec is found: a spec asked for
+    without an import (``importlib.util.find_spec("torch")``, as transformers'
+    ``is_torch_available`` does) must leave them waiting for the real import.
+    """
+
+    def __init__(self, loader: Any, finder: _PostImportFinder) -> None:
         self._loader = loader
-        self._callbacks = callbacks
+        self._finder = finder
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
@@ -42,7 +47,7 @@ class _CallbackLoader:
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
-        for callback in self._callbacks:
+        for callback in self._finder.take(module.__name__):
             callback(module)
 
 
@@ -56,16 +61,18 @@ class _PostImportFinder:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.pending:
             return None
-        with self._lock:
-            callbacks = self.pending.pop(fullname, None)
-            if not self.pending and self in sys.meta_path:
-                sys.meta_path.remove(self)
-        if callbacks is None:
-            return None
         spec = find_spec_elsewhere(self, fullname, path, target)
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _CallbackLoader(spec.loader, callbacks)
+            spec.loader = _CallbackLoader(spec.loader, self)
         return spec
+
+    def take(self, name: str) -> list[Callback]:
+        """The callbacks waiting for ``name``, no longer pending."""
+        with self._lock:
+            callbacks = self.pending.pop(name, [])
+            if not self.pending and self in sys.meta_path:
+                sys.meta_path.remove(self)
+        return callbacks
 
 
 _finder = _PostImportFinder()

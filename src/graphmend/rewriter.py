@@ -71,7 +71,7 @@ class ModuleRewriter:
     def code_for(self, module_name: str, filename: str, source: bytes) -> CodeType | None:
         """The code to execute for a module, or ``None`` to load it as Python would."""
         outcome = self.build(module_name, filename, source)
-        if self.config.debug:
+        if self.config.debug and sys.stderr is not None:  # None: started with stderr closed
             sys.stderr.write(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
             self._warned.add(module_name)
@@ -111,6 +111,8 @@ class ModuleRewriter:
         except (SyntaxError, ValueError):  # ValueError: null bytes in the source
             # Python's own loader raises the very same error, with its usual traceback.
             return Outcome(Status.SYNTAX_ERROR, None)
+        except Exception as error:  # a RecursionError: the hook parses deeper in the stack
+            return Outcome(Status.FELL_BACK, None, reason=f"parsing failed: {_describe(error)}")
         try:
             result = rewrite(source, filename, self.config.rewrites, tree=tree)
         except Exception as error:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import importlib.machinery
 import os
+import pkgutil
 import runpy
 import sys
 import types
@@ -32,6 +33,23 @@ _OWN_FILES = (str(Path(graphmend.__file__).parent), runpy.__file__)
 
 class ScriptError(Exception):
     """A script that cannot be opened; reported as ``python`` reports it, exit status 2."""
+
+
+def run_path(path: str, args: list[str], config: Config) -> None:
+    """Execute what ``python path`` executes: a script, or the ``__main__`` module of a
+    directory or zip file."""
+    if pkgutil.get_importer(os.path.abspath(path)) is None:
+        run_script(path, args, config)
+        return
+    # As the interpreter does: the directory or archive goes first on sys.path (even under
+    # -P), and its ``__main__`` module runs as ``python -m __main__`` would.
+    _install(config.with_more_packages(["__main__"]))
+    sys.argv = [path, *args]
+    if getattr(sys.flags, "safe_path", False):
+        sys.path.insert(0, os.path.abspath(path))
+    else:
+        sys.path[0] = os.path.abspath(path)
+    _run_as_main("__main__", alter_argv=False)
 
 
 def run_script(
@@ -51,20 +69,22 @@ def run_script(
     if config is not None:
         installation = _install(config)
         code = installation.finder.rewriter.code_for(name, absolute, source)
-    if code is None:
-        code = compile(source, absolute, "exec", dont_inherit=True)
-    main = types.ModuleType(name)
+    main = _fresh_main(name)
     main.__dict__.update(
         __file__=absolute,
         __cached__=None,
         __loader__=importlib.machinery.SourceFileLoader(name, absolute),
-        __builtins__=builtins,
     )
-    sys.modules[name] = main
     sys.argv = [path, *args]
     if not getattr(sys.flags, "safe_path", False):  # Python 3.11+: -P
-        sys.path[0] = os.path.dirname(absolute)
-    _report_uncaught(lambda: exec(code, main.__dict__))
+        # The interpreter resolves symbolic links: a linked script imports its neighbours.
+        sys.path[0] = os.path.dirname(os.path.realpath(absolute))
+
+    def execute() -> None:
+        # A syntax error in the script is reported as the interpreter reports it.
+        exec(code or compile(source, absolute, "exec", dont_inherit=True), main.__dict__)
+
+    _report_uncaught(execute)
     return main.__dict__
 
 
@@ -76,8 +96,26 @@ def run_module(module: str, args: list[str], config: Config) -> None:
     """
     _install(config if reserved(module) else config.with_more_packages([module]))
     sys.argv = [module, *args]
+    _run_as_main(module, alter_argv=True)
+
+
+def _fresh_main(name: str) -> types.ModuleType:
+    """A module as the interpreter makes ``__main__`` (none of GraphMend's names in it),
+    registered in ``sys.modules``."""
+    main = types.ModuleType(name)
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    if sys.version_info < (3, 14):  # the interpreter's __main__ has it until PEP 649
+        main.__annotations__ = {}
+    sys.modules[name] = main
+    return main
+
+
+def _run_as_main(module: str, *, alter_argv: bool) -> None:
+    """``runpy``'s ``python -m`` in a fresh ``__main__`` module (the one ``python -m
+    graphmend`` runs in keeps its names, and the module sees only its own)."""
+    _fresh_main("__main__")
     run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
-    _report_uncaught(lambda: run_as_main(module, alter_argv=True))
+    _report_uncaught(lambda: run_as_main(module, alter_argv=alter_argv))
 
 
 def _install(config: Config) -> Installation:
