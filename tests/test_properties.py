@@ -205,6 +205,17 @@ COUNTEREXAMPLES = {
         "x = x + self.buf.mean()\nreturn x.to(torch.int64)\n",
         (Call(((0.5, 2.0, 0.0, 4.0),), 2.5), Call(((4.0, -1.0, 0.5, -3.0),), 1.5)),
     ),
+    # The break kept at the if leaves a frame whose only work is the output call: the
+    # number it logs must not make a graph there (plain compile makes none).
+    "output-call-in-a-frame-without-operations": Program(
+        "if x.abs().max() < -1.0:\n    x = -x\nelse:\n    self.buf = x\n"
+        'logger.info("n=%d", x.shape[0])\nself.buf = x\nreturn (x, self.buf)\n',
+        (
+            Call(((0.0, 4.0, -1.0, 1.0),), 3.5),
+            Call(((1.0, -1.0, 1.0, 1.0),), 1.5),
+            Call(((float("nan"), 4.0, -1.0, 1.0), (0.5, 1.0, 4.0, -3.0)), 2.5),
+        ),
+    ),
     "identical-tuples-returned-by-both-arms": Program(
         "if (x > 1.0).any():\n    return (x, self.buf)\nelse:\n    return (x, self.buf)\n",
         (Call(((-1.0, 0.0, -3.0, 0.0), (0.5, 0.0, 0.5, 2.0)), 2.5),),

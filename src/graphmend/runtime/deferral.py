@@ -14,8 +14,9 @@ the call), and the generated function puts the values together again with
         logger.debug("shape %s", gm_p4_)
 
 Tensors are copied (later in-place updates do not show), integers and floats
-travel as 0-d int64/float64 tensors (exact, and symbolic sizes or floats
-become graph outputs instead of breaking the graph), and tuples, lists and
+TorchDynamo holds as constants travel as they are, symbolic ones as 0-d
+int64/float64 tensors (exact: graph outputs instead of a graph break), and
+tuples, lists and
 sizes are rebuilt from their items.  Anything else is passed as it is:
 TorchDynamo refuses to carry it, and the original call runs where it was,
 with its graph break.  Registration waits until TorchDynamo is imported, so
@@ -51,6 +52,10 @@ def capture(value: Any) -> tuple[Any, ...]:
         copy = value if isinstance(value, torch.nn.Parameter) else value.clone()
         return ("tensor", copy)
     kind = type(value)
+    if kind in (int, float) and _known_while_tracing(value):
+        # a constant travels as it is: no tensor made for it, no graph where
+        # the original, breaking at the call, had none
+        return ("value", value)
     if kind is int and _INT64[0] <= value < _INT64[1]:
         return ("int", torch.scalar_tensor(value, dtype=torch.int64))
     if kind is float:
@@ -61,6 +66,27 @@ def capture(value: Any) -> tuple[Any, ...]:
             tokens += capture(item)
         return tokens
     return ("value", value)
+
+
+def _known_while_tracing(value: int | float) -> bool:
+    """Whether TorchDynamo holds ``value`` as a constant (a symbolic size or float it
+    does not: those travel as tensors).  Under TorchDynamo, ``type()`` says ``int``
+    for both; its own variable for the local says which."""
+    known = False  # set by _look while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_look)
+    return known
+
+
+def _look(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`_known_while_tracing`."""
+    try:
+        from torch._dynamo.variables import ConstantVariable
+
+        known = context.get_local("value").is_python_constant()
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        tracer.symbolic_locals["known"] = ConstantVariable.create(known)
+    except (AttributeError, ImportError, KeyError, TypeError):
+        return  # another torch release: the value travels as a tensor
 
 
 def rebuild(tokens: tuple[Any, ...]) -> tuple[Any, ...]:
