@@ -178,6 +178,25 @@ def test_a_module_the_rewrite_cannot_handle_loads_unchanged_with_one_warning(
     assert capsys.readouterr().out == "value 2\n"
 
 
+def test_warnings_made_errors_never_fail_the_import(write_module, cache_dir, monkeypatch, capsys):
+    # python -W error, pytest's filterwarnings = error: GraphMend's own warning about
+    # the import must not become the import's exception.
+    name = write_module(MODULE)
+
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("graphmend.pipeline.rewrite", broken)
+    _install(name, cache_dir=cache_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module = importlib.import_module(name)
+    assert module.shout(2) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "value 2\n"
+    assert f"graphmend could not rewrite {name} (RecursionError" in captured.err
+
+
 @pytest.mark.parametrize("collecting", [True, False])
 @pytest.mark.parametrize("fails", [False, True])
 def test_the_garbage_collector_is_paused_while_rewriting_and_restored(

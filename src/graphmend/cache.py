@@ -36,7 +36,6 @@ import stat
 import struct
 import sys
 import tempfile
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -356,17 +355,16 @@ def _entry_mode(source: str) -> int:
 
 def _warn_once(directory: Path, problem: str) -> None:
     """One warning per directory and process: the cache there is not used, and why."""
-    from graphmend.rewriter import GraphMendWarning  # the rewriter imports this module
+    from graphmend.rewriter import warn_during_import  # the rewriter imports this module
 
     if str(directory) in _warned:
         return
     _warned.add(str(directory))
-    warnings.warn(
+    warn_during_import(
         f"graphmend does not use its cache in {directory}: {problem}. Modules are "
         "rewritten without the cache; fix the owner or mode, or set GRAPHMEND_CACHE_DIR "
         "to a directory of your own.",
-        GraphMendWarning,
-        stacklevel=2,
+        stacklevel=3,
     )
 
 

@@ -27,6 +27,17 @@ class GraphMendWarning(UserWarning):
     """A module GraphMend claimed was loaded unchanged because rewriting it failed."""
 
 
+def warn_during_import(message: str, stacklevel: int) -> None:
+    """A :class:`GraphMendWarning` about an import in progress.  Where a filter makes it
+    an error (``python -W error``, pytest's ``filterwarnings = error``) it must not become
+    the import's exception: it is written to stderr instead."""
+    try:
+        warnings.warn(message, GraphMendWarning, stacklevel=stacklevel)
+    except GraphMendWarning:
+        if sys.stderr is not None:  # None: started with stderr closed
+            sys.stderr.write(f"{message}\n")
+
+
 class Status(str, Enum):
     """What happened to a claimed module (the word ``GRAPHMEND_LOG=debug`` prints)."""
 
@@ -75,11 +86,10 @@ class ModuleRewriter:
             sys.stderr.write(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
             self._warned.add(module_name)
-            warnings.warn(
+            warn_during_import(
                 f"graphmend could not rewrite {module_name} ({outcome.reason}); "
                 "it was imported unchanged",
-                GraphMendWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         return outcome.code
 

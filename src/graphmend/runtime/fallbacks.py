@@ -130,7 +130,7 @@ def _log(fallback: Fallback) -> None:
         wanted = debug_log()
     except ConfigError:  # reported when the hook was installed
         return
-    if wanted:
+    if wanted and sys.stderr is not None:  # None: started with stderr closed
         rank = os.environ.get("RANK")
         who = f"pid {os.getpid()}" + (f" rank {rank}" if rank is not None else "")
         sys.stderr.write(
