@@ -24,7 +24,7 @@ PYTEST_FLAGS ?= -q
 # T1/T2/T3 compiled (backend eager), and the warnings of what an old torch lacks.
 # Deselected: printing x.shape under fullgraph=True, which keeps its break on
 # torch 2.5 and 2.6 (see README, "Supported torch releases").
-FLOOR_TESTS := tests/test_torch_support.py tests/test_trap.py tests/test_defer.py \
+FLOOR_TESTS := tests/test_torch_support.py tests/test_notices.py tests/test_trap.py tests/test_defer.py \
 	tests/test_predicate.py tests/test_hook.py \
 	--deselect tests/test_defer.py::test_prints_are_deferred_with_values_captured_at_the_call
 # On transformers 4.x: the tests whose subject is transformers' own code or API (the

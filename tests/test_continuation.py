@@ -77,6 +77,17 @@ class TransposedResult(Attention):
         return self.o(self.inner(x, attention_mask)).transpose(0, 1)
 
 
+# The result is laid out as the argument is (an elementwise product).
+class Scaling(Attention):
+
+    def forward(self, x, attention_mask=None):
+        if torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+        else:
+            attention_mask = None
+        return x * (2.0 if attention_mask is None else 3.0)
+
+
 # The branches' results are laid out differently.
 class LayoutByMask(Attention):
 
@@ -205,6 +216,32 @@ def test_a_result_keeps_the_layout_the_original_gives_it(modules, backend) -> No
         for mask in (PADDED, FULL):
             result, expected = compiled(X, mask), plain(X, mask)
             assert torch.equal(result, expected)
+            assert result.stride() == expected.stride()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_transposed_argument_is_not_copied_into_another_layout(modules, backend) -> None:
+    plain, mended = _pair(modules, "Scaling")
+    transposed = X.transpose(0, 1).contiguous().transpose(0, 1)  # dense, not contiguous
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True, backend=backend)
+    with torch.no_grad():
+        for mask in (PADDED, FULL):
+            result, expected = compiled(transposed, mask), plain(transposed, mask)
+            assert torch.equal(result, expected)
+            assert result.stride() == expected.stride()
+
+
+@pytest.mark.inductor
+def test_a_transposed_argument_under_inductor(modules) -> None:
+    plain, mended = _pair(modules, "Scaling")
+    transposed = X.transpose(0, 1).contiguous().transpose(0, 1)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True)
+    with torch.no_grad():
+        for mask in (PADDED, FULL):
+            result, expected = compiled(transposed, mask), plain(transposed, mask)
+            torch.testing.assert_close(result, expected)
             assert result.stride() == expected.stride()
 
 

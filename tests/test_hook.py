@@ -21,7 +21,8 @@ import graphmend
 from graphmend import pipeline
 from graphmend.config import Config
 from graphmend.importer import GraphMendFinder, GraphMendLoader
-from graphmend.rewriter import GraphMendWarning, Status
+from graphmend.notices import GraphMendWarning
+from graphmend.rewriter import Status
 
 MODULE = """
 import torch

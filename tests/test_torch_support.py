@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmend.rewriter import GraphMendWarning
+from graphmend.notices import GraphMendWarning
 from graphmend.runtime import dynamo_support, traps
 from helpers.processes import run_python
 

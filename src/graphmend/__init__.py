@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 from graphmend.activation import Installation, install, uninstall
 from graphmend.config import DEFAULT_PACKAGES, Config
 from graphmend.directives import do_not_rewrite
-from graphmend.rewriter import GraphMendWarning
+from graphmend.notices import GraphMendWarning
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
-import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -13,8 +12,9 @@ from types import TracebackType
 
 from graphmend.config import Config
 from graphmend.importer import GraphMendFinder, GraphMendLoader, claiming_spec_from_file_location
+from graphmend.notices import warn
 from graphmend.patterns import ModuleMatcher
-from graphmend.rewriter import GraphMendWarning, ModuleRewriter
+from graphmend.rewriter import ModuleRewriter
 
 _lock = threading.RLock()
 _active: Installation | None = None
@@ -144,10 +144,9 @@ def _warn_about_imported(installation: Installation, stacklevel: int) -> None:
     )
     if stale:
         shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
-        warnings.warn(
+        warn(
             f"graphmend.install(): {len(stale)} matching module(s) were imported before "
             f"the hook and stay unrewritten: {shown}. Install GraphMend before importing "
             "them (or use GRAPHMEND=1 / python -m graphmend run).",
-            GraphMendWarning,
             stacklevel=stacklevel,
         )

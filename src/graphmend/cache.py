@@ -43,6 +43,8 @@ from functools import cache
 from pathlib import Path
 from types import CodeType
 
+from graphmend.notices import warn
+
 _MAGIC = b"GMC1"
 _HEADER = struct.Struct("<4s32s16sI")  # magic, key digest, payload checksum, metadata length
 SUFFIX = ".gmc"
@@ -355,16 +357,14 @@ def _entry_mode(source: str) -> int:
 
 def _warn_once(directory: Path, problem: str) -> None:
     """One warning per directory and process: the cache there is not used, and why."""
-    from graphmend.rewriter import warn_during_import  # the rewriter imports this module
-
     if str(directory) in _warned:
         return
     _warned.add(str(directory))
-    warn_during_import(
+    warn(
         f"graphmend does not use its cache in {directory}: {problem}. Modules are "
         "rewritten without the cache; fix the owner or mode, or set GRAPHMEND_CACHE_DIR "
         "to a directory of your own.",
-        stacklevel=3,
+        stacklevel=2,
     )
 
 

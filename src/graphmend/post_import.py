@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from graphmend.importer import find_spec_elsewhere
+from graphmend.notices import warn
 
 Callback = Callable[[ModuleType], None]
 
@@ -48,7 +49,23 @@ class _CallbackLoader:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         for callback in self._finder.take(module.__name__):
-            callback(module)
+            _run(callback, module)
+
+    def __getattr__(self, name: str) -> Any:
+        # the rest of the loader's interface (get_filename, is_package, resources...)
+        return getattr(self._loader, name)
+
+
+def _run(callback: Callback, module: ModuleType) -> None:
+    """One callback; what it raises is reported, never the import's exception, and the
+    callbacks after it still run."""
+    try:
+        callback(module)
+    except Exception as error:
+        warn(
+            f"graphmend: setting up after {module.__name__} was imported failed "
+            f"({type(error).__name__}: {error}); please report it"
+        )
 
 
 class _PostImportFinder:
@@ -81,7 +98,7 @@ _finder = _PostImportFinder()
 def when_imported(name: str, callback: Callback) -> None:
     """Call ``callback(module)`` now if ``name`` is imported, else right after its import."""
     if _is_ready(name):
-        callback(sys.modules[name])
+        _run(callback, sys.modules[name])
         return
     with _finder._lock:
         _finder.pending.setdefault(name, []).append(callback)

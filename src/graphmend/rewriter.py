@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,21 +20,7 @@ from graphmend.cache import BytecodeCache
 from graphmend.config import Config
 from graphmend.directives import skipped_module
 from graphmend.findings import describe_summary, summarize
-
-
-class GraphMendWarning(UserWarning):
-    """A module GraphMend claimed was loaded unchanged because rewriting it failed."""
-
-
-def warn_during_import(message: str, stacklevel: int) -> None:
-    """A :class:`GraphMendWarning` about an import in progress.  Where a filter makes it
-    an error (``python -W error``, pytest's ``filterwarnings = error``) it must not become
-    the import's exception: it is written to stderr instead."""
-    try:
-        warnings.warn(message, GraphMendWarning, stacklevel=stacklevel)
-    except GraphMendWarning:
-        if sys.stderr is not None:  # None: started with stderr closed
-            sys.stderr.write(f"{message}\n")
+from graphmend.notices import warn
 
 
 class Status(str, Enum):
@@ -86,10 +71,10 @@ class ModuleRewriter:
             sys.stderr.write(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
             self._warned.add(module_name)
-            warn_during_import(
+            warn(
                 f"graphmend could not rewrite {module_name} ({outcome.reason}); "
                 "it was imported unchanged",
-                stacklevel=3,
+                stacklevel=2,
             )
         return outcome.code
 

@@ -85,8 +85,9 @@ def call_or_none(
 
 def _call(context: Any) -> None:
     """Runs in Python while TorchDynamo traces :func:`call_or_none`."""
-    rewrite = context.get_local("rewrite").as_python_constant()
+    rewrite = "predicate"  # the only caller; asked of TorchDynamo only in the try below
     try:
+        rewrite = context.get_local("rewrite").as_python_constant()
         tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
         function = _variable(context, "function")
         arguments = _variable(context, "arguments").items

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import functools
 import re
-import warnings
 from typing import Any
 
 import torch
 
-from graphmend.rewriter import GraphMendWarning
+from graphmend.notices import warn
 
 #: The oldest and newest torch releases (major, minor) the patch is tested on.
 TESTED = ((2, 5), (2, 13))
@@ -51,11 +50,10 @@ def keep_inlined_deferred_calls(version: str = torch.__version__) -> bool:
     release = torch_release(version)
     if release is None or not TESTED[0] <= release <= TESTED[1]:
         newest = ".".join(map(str, TESTED[1]))
-        warnings.warn(
+        warn(
             f"GraphMend: torch {version} is not among the releases its TorchDynamo support is "
             f"tested on (2.5 to {newest}); print, logging and warnings calls in compiled code "
             "keep their graph breaks",
-            GraphMendWarning,
             stacklevel=2,
         )
         return False

@@ -18,15 +18,14 @@ function TorchDynamo does not trace: a graph break, as without GraphMend.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from graphmend.notices import warn
 from graphmend.post_import import when_imported
-from graphmend.rewriter import GraphMendWarning
 
 CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, ord("a"): ascii}
 
@@ -93,11 +92,10 @@ def _mark_constant(dynamo: ModuleType) -> None:
     if not hasattr(base, "AsPythonConstantNotImplementedError"):
         _symbolic_values_break = False
         _format_unbaked = dynamo.disable(_format)
-        warnings.warn(
+        warn(
             f"GraphMend: on torch {torch.__version__}, TorchDynamo fails to compile, instead of "
             "breaking the graph, when text is made of a size that turns dynamic: print and "
             "logging calls that format sizes or tuples of numbers keep their graph breaks",
-            GraphMendWarning,
             stacklevel=2,
         )
 

@@ -19,11 +19,11 @@ untaken branch (``requires_grad`` set where the original had none, zero
 gradients where it had ``None``, and ``0 * inf = NaN`` through an operation
 with an infinite derivative there).
 
-Either way the results must be tensors of equal shape, dtype and device
-(``torch.where`` would otherwise broadcast or promote) or identical Python
-values, position by position.  Submodules must be of a type whose call is
-pure (``nn.Linear``, norms, activations, ``nn.Sequential`` of those, dropout
-only in eval mode) and carry no hooks.
+Either way the results must be tensors of equal shape, dtype, device and layout
+(``torch.where`` would otherwise broadcast or promote, and takes one operand's
+strides) or identical Python values, position by position.  Submodules must be
+of a type whose call is pure (``nn.Linear``, norms, activations,
+``nn.Sequential`` of those, dropout only in eval mode) and carry no hooks.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ def branch(
 
     The last ``len(in_place)`` results are new values for the tensors the
     branches store into by index: they are written into those tensors in
-    place, and not returned.  A branch
-    function returns ``None`` when an ``if`` nested in it cannot be merged.
+    place, and not returned.  A branch gives ``None`` when an ``if`` nested in
+    it cannot be merged, or when it cannot be traced.
     """
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
@@ -146,7 +146,9 @@ def branch(
     # Both branches are traced, and the untaken one may fail where it is traced (a
     # reshape to a size its tensor does not have): that runs the original if.
     then_values = call_or_none("predicate", then_function, then_arguments)
-    else_values = call_or_none("predicate", else_function, else_arguments)
+    else_values = (
+        None if then_values is None else call_or_none("predicate", else_function, else_arguments)
+    )
     if then_values is None or else_values is None:
         declined(
             "predicate", "a branch runs its original code (an if inside it, or a failed trace)"
@@ -174,7 +176,7 @@ def branch(
     if merged is None:
         return None
     for value, taken in zip(merged, then_values, strict=True):
-        if isinstance(value, torch.Tensor) and value.stride() != taken.stride():
+        if isinstance(value, torch.Tensor) and not _same_layout(value, taken):
             # a merged slice is dense: its strides differ from the branch's own
             declined("predicate", "{0} would be laid out unlike the branch's {1}", value, taken)
             return None
@@ -236,6 +238,14 @@ def _same_metadata(left: torch.Tensor, right: Any) -> bool:
     )
 
 
+def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """Equal strides, where they matter: a dimension of size 1 has any stride."""
+    return all(
+        a == b or size == 1
+        for a, b, size in zip(left.stride(), right.stride(), left.shape, strict=True)
+    )
+
+
 def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> list[bool] | None:
     """Per result position: True for a tensor pair to select between, False for one shared
     Python value; ``None`` when some pair cannot be merged exactly."""
@@ -249,7 +259,7 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
             if (
                 not _same_metadata(left, right)
                 or left.layout != torch.strided
-                or left.stride() != right.stride()
+                or not _same_layout(left, right)
             ):
                 return None
             plan.append(True)
@@ -279,9 +289,15 @@ def _decline_merge(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -
         return
     for position, (left, right) in enumerate(zip(then_values, else_values, strict=True)):
         if _merge_plan((left,), (right,)) is None:
+            laid_out = (
+                " laid out differently"
+                if isinstance(left, torch.Tensor) and _same_metadata(left, right)
+                else ""
+            )
             declined(
                 "predicate",
-                f"result {position + 1}: the then-branch gives {{0}}, the else-branch {{1}}",
+                f"result {position + 1}: the then-branch gives {{0}}, the else-branch {{1}}"
+                + laid_out,
                 left,
                 right,
             )

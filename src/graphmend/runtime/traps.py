@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -36,8 +35,8 @@ from typing import Any
 import torch
 
 from graphmend.config import ConfigError, cuda_guards
+from graphmend.notices import warn
 from graphmend.post_import import when_imported
-from graphmend.rewriter import GraphMendWarning
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
@@ -236,12 +235,11 @@ def _asserts_on(device_type: str) -> bool:
 
 @functools.cache
 def _warn_export_needs_graphmend() -> None:
-    warnings.warn(
+    warn(
         f"GraphMend: torch {torch.__version__} has no torch.compiler.is_exporting(), so "
         "programs exported with torch.export keep GraphMend's guard operator "
         "graphmend::raise_if: `import graphmend.runtime` before torch.export.load() "
         "where they are loaded",
-        GraphMendWarning,
         stacklevel=2,
     )
 

@@ -1,0 +1,26 @@
+"""GraphMend's warnings, which never become the exception of what they are about.
+
+A filter that turns warnings into errors (``python -W error``, pytest's
+``filterwarnings = error``) would otherwise make a warning about an import fail
+that import, and one issued while TorchDynamo traces fail the compiled call:
+where the filter says so, the message is written to stderr instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+
+class GraphMendWarning(UserWarning):
+    """Something GraphMend could not do, and what happens instead."""
+
+
+def warn(message: str, stacklevel: int = 2) -> None:
+    """Issue ``message`` as a :class:`GraphMendWarning` (``stacklevel`` as for
+    :func:`warnings.warn`, counted from the caller), or write it to stderr."""
+    try:
+        warnings.warn(message, GraphMendWarning, stacklevel=stacklevel + 1)
+    except GraphMendWarning:
+        if sys.stderr is not None:  # None: started with stderr closed
+            sys.stderr.write(f"{message}\n")

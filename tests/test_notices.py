@@ -1,0 +1,56 @@
+"""GraphMend's warnings and post-import setup never fail what they are about."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+
+import pytest
+
+from graphmend import post_import
+from graphmend.notices import GraphMendWarning, warn
+from helpers.processes import run_python
+
+
+def test_a_warning_made_an_error_is_written_to_stderr(capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn("graphmend: something was not done")
+    assert capsys.readouterr().err == "graphmend: something was not done\n"
+    with pytest.warns(GraphMendWarning, match="something"):
+        warn("graphmend: something was not done")
+
+
+def test_importing_torch_dynamo_under_warnings_as_errors():
+    # On torch releases GraphMend warns about (2.5, 2.6), the warning is issued while
+    # torch._dynamo is imported: it must not become that import's exception.
+    child = run_python(
+        "-W", "error", "-c", "import torch, graphmend.runtime; import torch._dynamo; print('ok')"
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip() == "ok"
+
+
+def test_a_failing_callback_never_fails_the_import_nor_the_callbacks_after_it(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "gm_watched.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    def broken(module):
+        raise RuntimeError("broken setup")
+
+    post_import.when_imported("gm_watched", broken)
+    post_import.when_imported("gm_watched", lambda module: seen.append(module.VALUE))
+    # the loader a pending module's spec carries is the real one's, method for method
+    spec = importlib.util.find_spec("gm_watched")
+    assert spec.loader.get_filename("gm_watched") == str(tmp_path / "gm_watched.py")
+    try:
+        with pytest.warns(GraphMendWarning, match="gm_watched was imported failed"):
+            module = importlib.import_module("gm_watched")
+    finally:
+        sys.modules.pop("gm_watched", None)
+    assert module.VALUE == 1
+    assert seen == [1]
