@@ -101,14 +101,6 @@ def test_linked_script_directory_and_zip_run_as_with_python(project, tmp_path):
     assert (_lines(mended), mended.stderr) == (_lines(plain), plain.stderr)
 
 
-def test_syntax_error_in_the_script_is_reported_as_by_python(project):
-    (project / "broken.py").write_text("import torch\ndef f(:\n    pass\n")
-    plain = run_python("broken.py", cwd=project)
-    mended = run_python("-m", "graphmend", "run", "broken.py", cwd=project)
-    assert plain.returncode == mended.returncode == 1
-    assert mended.stderr == plain.stderr
-
-
 def test_the_launchers_own_names_survive_the_run(project):
     # A launcher (a console script, `python -c`) still reads its globals after main().
     (project / "quiet.py").write_text("value = 1\n")
@@ -117,10 +109,15 @@ def test_the_launchers_own_names_survive_the_run(project):
     assert result.returncode == 4, result.stderr
 
 
-def test_uncaught_exception_exits_1_with_the_scripts_traceback(project):
-    (project / "crash.py").write_text("def boom():\n    raise KeyError('gone')\n\nboom()\n")
-    plain = run_python("crash.py", cwd=project)
-    mended = run_python("-m", "graphmend", "run", "crash.py", cwd=project)
+@pytest.mark.parametrize(
+    "source",
+    ["import torch\ndef f(:\n    pass\n", "def boom():\n    raise KeyError('gone')\n\nboom()\n"],
+    ids=["syntax error", "uncaught exception"],
+)
+def test_a_failing_script_exits_1_with_what_python_prints(project, source):
+    (project / "failing.py").write_text(source)
+    plain = run_python("failing.py", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "failing.py", cwd=project)
     assert plain.returncode == mended.returncode == 1
     assert mended.stderr == plain.stderr
     assert "graphmend" not in mended.stderr
