@@ -55,6 +55,7 @@ _operator_ready = False
 
 
 Piece = str | tuple[str, list[Any]]
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def text(value: Any, conversion: int, spec: str) -> Piece | None:
@@ -79,7 +80,11 @@ def text(value: Any, conversion: int, spec: str) -> Piece | None:
 def _is_number(value: Any) -> bool:
     # type() rather than isinstance(): an IntEnum must keep its own text; under
     # TorchDynamo the type of a symbolic int, float or bool is int, float, bool.
-    return type(value) in (int, float, bool)
+    # An int beyond int64 cannot be an operator's argument (nor symbolic): it is
+    # formatted now.
+    if type(value) is int:
+        return _INT64_MIN <= value <= _INT64_MAX
+    return type(value) in (float, bool)
 
 
 def _container(value: Any) -> str:
@@ -245,14 +250,17 @@ def _warn_export_needs_graphmend() -> None:
 
 
 def _exception_path(exception: type[BaseException]) -> str | None:
-    """Where the kernel finds ``exception`` again (``module:qualname``); None for a local class.
+    """Where the kernel finds ``exception`` again (``module:qualname``); None for a local
+    class, or for what is not an exception class found again by its name (an instance, a
+    function that makes one): the original ``raise`` then decides.
 
     Marked as a constant-result function: TorchDynamo 2.5 cannot trace string
     operations on a class's ``__qualname__``.
     """
-    if "<locals>" in exception.__qualname__:
+    if not (isinstance(exception, type) and issubclass(exception, BaseException)):
         return None
-    return f"{exception.__module__}:{exception.__qualname__}"
+    path = f"{exception.__module__}:{exception.__qualname__}"
+    return path if _exception_class(path) is exception else None
 
 
 def _exception_class(path: str) -> type[BaseException] | None:

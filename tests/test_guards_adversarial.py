@@ -1,0 +1,82 @@
+"""T3 and T2 against plain ``torch.compile``: same result or exception, same output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+VALID = torch.ones(2)
+INVALID = -torch.ones(2)
+
+
+def _outcome(function, *args):
+    try:
+        return "ok", function(*args).tolist()
+    except Exception as error:
+        return type(error), str(error)
+
+
+def _compiled_outcomes(function, *calls):
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend="eager")
+    return [_outcome(compiled, *args) for args in calls]
+
+
+def _graphs(function, *args):
+    torch._dynamo.reset()
+    return torch._dynamo.explain(function)(*args).graph_count
+
+
+HELPER = """
+class MyError(Exception):
+    pass
+
+def make_error(message):
+    return MyError(message + "!")
+
+AN_ERROR = KeyError("an instance")
+"""
+
+
+@pytest.mark.parametrize(
+    ("imported", "raised"),
+    [
+        ("make_error", 'make_error("bad")'),  # a function that builds the exception
+        ("AN_ERROR", "AN_ERROR"),  # an exception instance
+    ],
+)
+def test_raise_of_what_is_not_an_exception_class_keeps_its_break(
+    load_both, write_module, imported, raised
+):
+    helper = write_module(HELPER)
+    plain, rewritten = load_both(f"""
+        import torch
+        from {helper} import {imported}
+
+        def check(x):
+            if (x < 0).any():
+                raise {raised}
+            return x + 1
+        """)
+    calls = [(VALID,), (INVALID,)]
+    expected = _compiled_outcomes(plain.check, *calls)
+    assert expected[1][0] is not RuntimeError
+    assert _compiled_outcomes(rewritten.check, *calls) == expected
+    assert _graphs(rewritten.check, VALID) <= _graphs(plain.check, VALID)
+
+
+def test_an_int_beyond_int64_in_a_message_is_formatted_while_tracing(load_both):
+    plain, rewritten = load_both("""
+        import torch
+        LIMIT = 2**70
+
+        def check(x):
+            if (x < 0).any():
+                raise ValueError(f"over {LIMIT} or {(LIMIT, 3)}")
+            return x + 1
+        """)
+    calls = [(VALID,), (INVALID,)]
+    expected = _compiled_outcomes(plain.check, *calls)
+    assert expected[1] == (ValueError, f"over {2**70} or {(2**70, 3)}")
+    assert _compiled_outcomes(rewritten.check, *calls) == expected
+    assert _graphs(rewritten.check, VALID) == 1
