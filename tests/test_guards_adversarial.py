@@ -80,3 +80,69 @@ def test_an_int_beyond_int64_in_a_message_is_formatted_while_tracing(load_both):
     assert expected[1] == (ValueError, f"over {2**70} or {(2**70, 3)}")
     assert _compiled_outcomes(rewritten.check, *calls) == expected
     assert _graphs(rewritten.check, VALID) == 1
+
+
+def _printed(function, capsys, *calls):
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend="eager")
+    for args in calls:
+        compiled(*args)
+    return capsys.readouterr().out
+
+
+PARAMETER_PRINT = """
+import torch
+
+class Weighted(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(2), requires_grad={requires_grad})
+
+    def forward(self, x):
+        print("weight", self.weight)
+        with torch.no_grad():
+            self.weight.mul_(3)
+        return x + 1
+"""
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_printed_parameter_is_captured_before_a_later_in_place_update(
+    load_both, capsys, requires_grad
+):
+    plain, rewritten = load_both(PARAMETER_PRINT.format(requires_grad=requires_grad))
+    expected = _printed(plain.Weighted(), capsys, (VALID,), (VALID,))
+    assert "tensor([3., 3.]" in expected
+    assert _printed(rewritten.Weighted(), capsys, (VALID,), (VALID,)) == expected
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [
+        '{"a": 1}',  # a dict
+        "OPAQUE",  # an object
+        "SUBCLASSED",  # a parameter of a subclass, which cannot be rebuilt
+    ],
+)
+def test_a_call_torchdynamo_cannot_carry_adds_no_graph(load_both, capsys, argument):
+    plain, rewritten = load_both(f"""
+        import torch
+
+        class Opaque:
+            def __repr__(self):
+                return "opaque"
+
+        class Subclassed(torch.nn.Parameter):
+            pass
+
+        OPAQUE = Opaque()
+        SUBCLASSED = Subclassed(torch.zeros(1), requires_grad=False)
+
+        def show(x):
+            print("values", x, {argument})
+            return x + 1
+        """)
+    expected = _printed(plain.show, capsys, (VALID,))
+    assert _printed(rewritten.show, capsys, (VALID,)) == expected
+    assert _graphs(rewritten.show, VALID) == _graphs(plain.show, VALID) == 1
+    capsys.readouterr()

@@ -180,6 +180,8 @@ class _Plan:
 
     def tracing_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
         """Capture the values in source order and call the deferred function with them."""
+        if self._checked_first():
+            return self._checked_path(function_name, fresh_name)
         statements: list[ast.stmt] = []
         captured: list[ast.expr] = []
         # An argument is consumed at the call, after every later value was
@@ -196,6 +198,32 @@ class _Plan:
             if value.consumed_at_call:
                 expr = runtime_call("capture", expr)
             captured.append(ast.Starred(value=expr, ctx=ast.Load()))
+        call = ast.Call(func=load(function_name), args=captured, keywords=[])
+        statements.append(ast.Expr(call))
+        return statements
+
+    def _checked_first(self) -> bool:
+        """Whether every value may be evaluated before any is captured: nothing evaluated
+        after a value captured at once (an f-string piece) can change it."""
+        early = [index for index, value in enumerate(self.values) if not value.consumed_at_call]
+        return not early or all(_inert(value.expr) for value in self.values[early[0] + 1 :])
+
+    def _checked_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
+        """Evaluate the values, then ask whether TorchDynamo can carry them all before any
+        is copied: where one is refused, the call keeps its break with no copy made (an
+        operation the original, breaking at the call, does not have)."""
+        statements: list[ast.stmt] = []
+        names = []
+        for value in self.values:
+            names.append(fresh_name("arg"))
+            statements.append(ast.Assign(targets=[store(names[-1])], value=value.expr))
+        carried = fresh_name("carried")
+        check = runtime_call("carriable", *[load(name) for name in names])
+        statements.append(ast.Assign(targets=[store(carried)], value=check))
+        captured = [
+            ast.Starred(value=runtime_call("capture", load(name), load(carried)), ctx=ast.Load())
+            for name in names
+        ]
         call = ast.Call(func=load(function_name), args=captured, keywords=[])
         statements.append(ast.Expr(call))
         return statements
@@ -349,6 +377,14 @@ def _is_literal(expr: ast.expr) -> bool:
     if isinstance(expr, ast.Tuple):
         return all(_is_literal(element) for element in expr.elts)
     return False
+
+
+def _inert(expr: ast.expr) -> bool:
+    """Whether evaluating ``expr`` cannot change a value: a name, a constant, an
+    attribute of one."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name | ast.Constant)
 
 
 def _is_percent_format(expr: ast.expr) -> bool:

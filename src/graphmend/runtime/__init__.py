@@ -20,7 +20,14 @@ from graphmend.runtime.conditions import (
     not_,
 )
 from graphmend.runtime.continuation import continuation
-from graphmend.runtime.deferral import capture, deferred, rebuild, render, warnings_may_raise
+from graphmend.runtime.deferral import (
+    capture,
+    carriable,
+    deferred,
+    rebuild,
+    render,
+    warnings_may_raise,
+)
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
 from graphmend.runtime.selection import assign_item, branch
 from graphmend.runtime.traps import exact_text, lower_guard, lowerable, names_formattable, text
@@ -35,6 +42,7 @@ __all__ = [
     "attribute",
     "branch",
     "capture",
+    "carriable",
     "compare",
     "continuation",
     "deferred",

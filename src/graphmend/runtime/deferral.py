@@ -13,7 +13,8 @@ the call), and the generated function puts the values together again with
         (gm_p4_,) = _@gm_rt.rebuild(gm_tokens_)  # torch.Size([2, 8])
         logger.debug("shape %s", gm_p4_)
 
-Tensors are copied (later in-place updates do not show), integers and floats
+Tensors are copied (later in-place updates do not show; a parameter is made one
+again after the graph), integers and floats
 TorchDynamo holds as constants travel as they are, symbolic ones as 0-d
 int64/float64 tensors (exact: graph outputs instead of a graph break), and
 tuples, lists and
@@ -43,14 +44,31 @@ _enabled = False
 
 _INT64 = (-(2**63), 2**63)
 _SEQUENCES: dict[type, str] = {tuple: "tuple", list: "list", torch.Size: "size"}
+#: Filled from TorchDynamo's own list once it is imported (see _learn_constant_types).
+_CONSTANT_TYPES: dict[type, None] = dict.fromkeys((int, float, bool, str, type(None)))
 _REBUILD: dict[str, Callable[[list[Any]], Any]] = {"tuple": tuple, "list": list, "size": torch.Size}
 
 
-def capture(value: Any) -> tuple[Any, ...]:
-    """``value`` as it is now, as tokens TorchDynamo can carry out of a graph."""
+def capture(value: Any, carried: bool = True) -> tuple[Any, ...]:
+    """``value`` as it is now, as tokens TorchDynamo can carry out of a graph.
+
+    ``carried`` False (:func:`carriable` said no for the call): ``value`` as it
+    is, wrapped so that TorchDynamo refuses it too, with no copy made (a copy
+    would be an operation in a graph the original, breaking at the call, does
+    not have).
+    """
+    if not carried:
+        return ("opaque", (value,))
+    if type(value) is torch.nn.Parameter:
+        # copied like any tensor (a later in-place update must not show), and made a
+        # parameter again after the graph, so that it prints as one
+        return ("parameter", value.detach().clone(), value.requires_grad)
+    if isinstance(value, torch.nn.Parameter):
+        # a subclass cannot be rebuilt: a tuple TorchDynamo refuses, so the original
+        # call runs where it stands
+        return ("opaque", (value,))
     if isinstance(value, torch.Tensor):
-        copy = value if isinstance(value, torch.nn.Parameter) else value.clone()
-        return ("tensor", copy)
+        return ("tensor", value.clone())
     kind = type(value)
     if kind in (int, float) and _known_while_tracing(value):
         # a constant travels as it is: no tensor made for it, no graph where
@@ -66,6 +84,27 @@ def capture(value: Any) -> tuple[Any, ...]:
             tokens += capture(item)
         return tokens
     return ("value", value)
+
+
+def carriable(*values: Any) -> bool:
+    """Whether TorchDynamo may carry every one of ``values`` out of the graph (False:
+    one is surely refused, a dict or an object, say, and the call keeps its break)."""
+    return all(_carriable(value) for value in values)
+
+
+def _carriable(value: Any) -> bool:
+    if isinstance(value, torch.nn.Parameter):
+        return type(value) is torch.nn.Parameter  # a subclass cannot be rebuilt
+    if isinstance(value, torch.Tensor) or type(value) in _CONSTANT_TYPES:
+        return True
+    if type(value) in _SEQUENCES:
+        return all(_carriable(item) for item in value)
+    return False
+
+
+def _learn_constant_types(dynamo: Any) -> None:
+    """The types TorchDynamo holds as constants, and so carries (once it is imported)."""
+    _CONSTANT_TYPES.update(dict.fromkeys(dynamo.utils.common_constant_types))
 
 
 def _known_while_tracing(value: int | float) -> bool:
@@ -104,6 +143,10 @@ def _rebuild_one(kind: str, remaining: Iterator[Any]) -> Any:
         return int(payload)
     if kind == "float":
         return float(payload)
+    if kind == "parameter":
+        return torch.nn.Parameter(payload, requires_grad=next(remaining))
+    if kind == "opaque":
+        return payload[0]
     if kind in _REBUILD:
         items = []
         for _ in range(payload):
@@ -215,3 +258,4 @@ def _mark_constant(dynamo: Any) -> None:
 
 when_imported("torch._dynamo", _enable)
 when_imported("torch._dynamo", _mark_constant)
+when_imported("torch._dynamo", _learn_constant_types)
