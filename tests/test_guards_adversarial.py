@@ -146,3 +146,34 @@ def test_a_call_torchdynamo_cannot_carry_adds_no_graph(load_both, capsys, argume
     assert _printed(rewritten.show, capsys, (VALID,)) == expected
     assert _graphs(rewritten.show, VALID) == _graphs(plain.show, VALID) == 1
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_inputs_updated_in_place_before_a_failing_guard_stay_updated(load_both, backend):
+    plain, rewritten = load_both("""
+        import torch
+
+        class Counting(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("calls", torch.zeros(()))
+
+            def forward(self, x):
+                self.calls.add_(1)
+                x[0].mul_(2)
+                if (x > 1).any():
+                    raise ValueError("too large")
+                return x
+        """)
+
+    def state_after_failure(module):
+        torch._dynamo.reset()
+        model = module.Counting()
+        x = torch.ones(2)
+        compiled = torch.compile(model, backend=backend)
+        failure = _outcome(compiled, x)
+        return failure, x.tolist(), model.calls.item()
+
+    expected = state_after_failure(plain)
+    assert expected == ((ValueError, "too large"), [2.0, 1.0], 1.0)
+    assert state_after_failure(rewritten) == expected

@@ -157,12 +157,13 @@ def _rebuild_one(kind: str, remaining: Iterator[Any]) -> Any:
 
 def effects_pending() -> bool:
     """Whether effects of the graph being traced wait for its end (asked while tracing):
-    calls deferred in it, or Python side effects (an attribute stored, a list appended
-    to) that TorchDynamo applies after the graph.
+    calls deferred in it, Python side effects (an attribute stored, a list appended
+    to) that TorchDynamo applies after the graph, or inputs the graph updates in place.
 
     A guard lowered into the graph raises from inside it, and what waits would never
-    happen: while anything waits, a guard keeps its graph break, so that the output
-    appears and the state changes before the exception, as they do eagerly.
+    happen: while anything waits (inputs updated in place included), a guard keeps its
+    graph break, so that the output appears and the state changes before the exception,
+    as they do eagerly.
     """
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -172,8 +173,26 @@ def effects_pending() -> bool:
         return False
     if getattr(translator, "debug_locals", True):
         return True
-    side_effects = getattr(getattr(translator, "output", None), "side_effects", None)
-    return side_effects is None or _changes_existing_objects(side_effects)
+    output = getattr(translator, "output", None)
+    side_effects = getattr(output, "side_effects", None)
+    if side_effects is None or _changes_existing_objects(side_effects):
+        return True
+    graph = getattr(output, "graph", None)
+    return graph is None or _inputs_updated(graph)
+
+
+def _inputs_updated(graph: Any) -> bool:
+    """Whether the graph so far updates one of its inputs in place (a parameter, a
+    buffer, an argument, through a view or not): AOTAutograd writes such updates back
+    at the end of the graph, after an operation in it has raised.  Each input's fake
+    tensor is made afresh, at version 0, for the trace; an in-place update bumps it."""
+    for node in graph.nodes:
+        if node.op not in ("placeholder", "get_attr"):
+            continue
+        value = node.meta.get("example_value")
+        if isinstance(value, torch.Tensor) and value._version > 0:
+            return True
+    return False
 
 
 def warnings_may_raise() -> bool:
