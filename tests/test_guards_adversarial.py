@@ -177,3 +177,29 @@ def test_inputs_updated_in_place_before_a_failing_guard_stay_updated(load_both, 
     expected = state_after_failure(plain)
     assert expected == ((ValueError, "too large"), [2.0, 1.0], 1.0)
     assert state_after_failure(rewritten) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "graphs"),
+    [
+        ('"plain text"', 1),
+        ('"holds \\x1f, the template separator"', 2),
+    ],
+)
+@pytest.mark.parametrize("message", ["NAME", 'f"name {NAME} {x.shape}"', "local"])
+def test_text_known_while_tracing_keeps_the_message_exactly(load_both, name, graphs, message):
+    plain, rewritten = load_both(f"""
+        import torch
+        NAME = {name}
+
+        def check(x):
+            local = f"local {{NAME}}"
+            if (x < 0).any():
+                raise ValueError({message})
+            return x + 1
+        """)
+    calls = [(VALID,), (INVALID,)]
+    expected = _compiled_outcomes(plain.check, *calls)
+    assert expected[1][0] is ValueError
+    assert _compiled_outcomes(rewritten.check, *calls) == expected
+    assert _graphs(rewritten.check, VALID) == graphs

@@ -74,7 +74,13 @@ def text(value: Any, conversion: int, spec: str) -> Piece | None:
         return f"{_container(value)}:{codes}:{conversion}:{spec}", list(value)
     if not formattable_now(value):
         return None
-    return format_now(value, conversion, spec)
+    return _template_safe(format_now(value, conversion, spec))
+
+
+def _template_safe(piece: str) -> str | None:
+    """``piece``, unless it holds the separator of :func:`_encode`'s template (text
+    known only while tracing: the rewrite declines literal text that holds it)."""
+    return None if _SEPARATOR in piece else piece
 
 
 def _is_number(value: Any) -> bool:
@@ -171,7 +177,7 @@ def _floats_pinned() -> bool:
 
 def exact_text(value: Any) -> str | None:
     """A message given as a name: usable only if it is a string at trace time."""
-    return value if type(value) is str else None
+    return _template_safe(value) if type(value) is str else None
 
 
 def lower_guard(
