@@ -7,6 +7,9 @@ import torch
 
 VALID = torch.ones(2)
 INVALID = -torch.ones(2)
+#: Where TorchDynamo pins Python floats (torch 2.5), a message formatting a name's value
+#: keeps its break (see runtime.traps.names_formattable).
+NAMES_FORMATTED = not torch._dynamo.config.specialize_float
 
 
 def _outcome(function, *args):
@@ -79,7 +82,7 @@ def test_an_int_beyond_int64_in_a_message_is_formatted_while_tracing(load_both):
     expected = _compiled_outcomes(plain.check, *calls)
     assert expected[1] == (ValueError, f"over {2**70} or {(2**70, 3)}")
     assert _compiled_outcomes(rewritten.check, *calls) == expected
-    assert _graphs(rewritten.check, VALID) == 1
+    assert _graphs(rewritten.check, VALID) == (1 if NAMES_FORMATTED else 2)
 
 
 def _printed(function, capsys, *calls):
@@ -202,4 +205,6 @@ def test_text_known_while_tracing_keeps_the_message_exactly(load_both, name, gra
     expected = _compiled_outcomes(plain.check, *calls)
     assert expected[1][0] is ValueError
     assert _compiled_outcomes(rewritten.check, *calls) == expected
+    if message.startswith("f") and not NAMES_FORMATTED:
+        graphs = 2
     assert _graphs(rewritten.check, VALID) == graphs

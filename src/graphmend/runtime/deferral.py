@@ -104,7 +104,8 @@ def _carriable(value: Any) -> bool:
 
 def _learn_constant_types(dynamo: Any) -> None:
     """The types TorchDynamo holds as constants, and so carries (once it is imported)."""
-    _CONSTANT_TYPES.update(dict.fromkeys(dynamo.utils.common_constant_types))
+    utils = getattr(dynamo, "utils", None)
+    _CONSTANT_TYPES.update(dict.fromkeys(getattr(utils, "common_constant_types", ())))
 
 
 def _known_while_tracing(value: int | float) -> bool:

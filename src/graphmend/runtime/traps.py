@@ -195,7 +195,10 @@ def lower_guard(
     """
     if not lowerable(condition, *earlier):
         return False
-    path = _exception_path(exception)
+    # an instance, or a function that makes one: checked before _exception_path is
+    # given it (TorchDynamo 2.5 refuses such arguments to a constant-result function)
+    is_class = isinstance(exception, type) and issubclass(exception, BaseException)
+    path = _exception_path(exception) if is_class else None
     if not _operator_ready:
         declined("trap", "GraphMend's guard operator is not defined (see its warning)")
         return False
@@ -257,14 +260,11 @@ def _warn_export_needs_graphmend() -> None:
 
 def _exception_path(exception: type[BaseException]) -> str | None:
     """Where the kernel finds ``exception`` again (``module:qualname``); None for a local
-    class, or for what is not an exception class found again by its name (an instance, a
-    function that makes one): the original ``raise`` then decides.
+    class, or one not found again by its name: the original ``raise`` then decides.
 
     Marked as a constant-result function: TorchDynamo 2.5 cannot trace string
     operations on a class's ``__qualname__``.
     """
-    if not (isinstance(exception, type) and issubclass(exception, BaseException)):
-        return None
     path = f"{exception.__module__}:{exception.__qualname__}"
     return path if _exception_class(path) is exception else None
 
