@@ -208,3 +208,36 @@ def test_text_known_while_tracing_keeps_the_message_exactly(load_both, name, gra
     if message.startswith("f") and not NAMES_FORMATTED:
         graphs = 2
     assert _graphs(rewritten.check, VALID) == graphs
+
+
+@pytest.mark.parametrize("argument", ["self.scale", "self.scale.shape"])
+def test_warning_once_sees_the_tensor_it_remembers(load_both, caplog, argument):
+    plain, rewritten = load_both(f"""
+        import torch
+        from transformers.utils import logging
+
+        logger = logging.get_logger(__name__)
+
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("scale", torch.ones(2))
+
+            def forward(self, x):
+                logger.warning_once("scale %s", {argument})
+                return x * 2
+        """)
+
+    def records(module):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.Scaled(), backend="eager")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger=module.__name__):
+            for _ in range(3):
+                compiled(VALID)
+        return [record.getMessage() for record in caplog.records]
+
+    expected = records(plain)
+    assert len(expected) == 1
+    assert records(rewritten) == expected
+    assert _graphs(rewritten.Scaled(), VALID) <= _graphs(plain.Scaled(), VALID)

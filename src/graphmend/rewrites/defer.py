@@ -161,6 +161,9 @@ class _Plan:
     keywords: list[ast.keyword]
     values: list[_Value]
     parameters: list[str]
+    #: The callee caches on its arguments (``warning_once``): a tensor passed to it as
+    #: it is must be the original object, not a copy, so the call keeps its break.
+    keyed_on_arguments: bool = False
 
     def deferred_function(
         self, name: str, qualname: str, fresh_identifier: Callable[[str], str]
@@ -180,7 +183,7 @@ class _Plan:
 
     def tracing_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
         """Capture the values in source order and call the deferred function with them."""
-        if self._checked_first():
+        if self.checked_first():
             return self._checked_path(function_name, fresh_name)
         statements: list[ast.stmt] = []
         captured: list[ast.expr] = []
@@ -202,7 +205,7 @@ class _Plan:
         statements.append(ast.Expr(call))
         return statements
 
-    def _checked_first(self) -> bool:
+    def checked_first(self) -> bool:
         """Whether every value may be evaluated before any is captured: nothing evaluated
         after a value captured at once (an f-string piece) can change it."""
         early = [index for index, value in enumerate(self.values) if not value.consumed_at_call]
@@ -218,7 +221,14 @@ class _Plan:
             names.append(fresh_name("arg"))
             statements.append(ast.Assign(targets=[store(names[-1])], value=value.expr))
         carried = fresh_name("carried")
-        check = runtime_call("carriable", *[load(name) for name in names])
+        check: ast.expr = runtime_call("carriable", *[load(name) for name in names])
+        if self.keyed_on_arguments:
+            passed = [
+                load(name)
+                for name, value in zip(names, self.values, strict=True)
+                if value.consumed_at_call
+            ]
+            check = ast.BoolOp(op=ast.And(), values=[check, runtime_call("tensor_free", *passed)])
         statements.append(ast.Assign(targets=[store(carried)], value=check))
         captured = [
             ast.Starred(value=runtime_call("capture", load(name), load(carried)), ctx=ast.Load())
@@ -263,13 +273,20 @@ class _Planner:
             ast.keyword(arg=keyword.arg, value=self._lift(keyword.value))
             for keyword in call.keywords
         ]
-        return _Plan(
+        plan = _Plan(
             callee=copy.deepcopy(call.func),
             args=args,
             keywords=keywords,
             values=self.values,
             parameters=self.parameters,
+            keyed_on_arguments=self.found.method.endswith("_once"),
         )
+        if plan.keyed_on_arguments and not plan.checked_first():
+            raise Decline(
+                f"{self.found.method}() remembers its arguments, and those cannot be checked "
+                "before an f-string's values are copied"
+            )
+        return plan
 
     def _check_keywords(self) -> None:
         keywords = {keyword.arg: keyword.value for keyword in self.call.keywords}

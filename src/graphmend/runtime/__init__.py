@@ -26,6 +26,7 @@ from graphmend.runtime.deferral import (
     deferred,
     rebuild,
     render,
+    tensor_free,
     warnings_may_raise,
 )
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
@@ -60,6 +61,7 @@ __all__ = [
     "rebuild",
     "render",
     "sequence",
+    "tensor_free",
     "text",
     "tracing",
     "type_name",

@@ -92,6 +92,17 @@ def carriable(*values: Any) -> bool:
     return all(_carriable(value) for value in values)
 
 
+def tensor_free(*values: Any) -> bool:
+    """Whether none of ``values`` is or holds a tensor: a callee that remembers its
+    arguments (``warning_once``) must see the original tensor, not a copy."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return False
+        if type(value) in _SEQUENCES and not tensor_free(*value):
+            return False
+    return True
+
+
 def _carriable(value: Any) -> bool:
     if isinstance(value, torch.nn.Parameter):
         return type(value) is torch.nn.Parameter  # a subclass cannot be rebuilt
