@@ -38,6 +38,8 @@ def make_error(message):
     return MyError(message + "!")
 
 AN_ERROR = KeyError("an instance")
+
+RENAMED = type("Renamed", (ValueError,), {})
 """
 
 
@@ -46,6 +48,7 @@ AN_ERROR = KeyError("an instance")
     [
         ("make_error", 'make_error("bad")'),  # a function that builds the exception
         ("AN_ERROR", "AN_ERROR"),  # an exception instance
+        ("RENAMED", 'RENAMED("bad")'),  # a class its qualified name does not find
     ],
 )
 def test_raise_of_what_is_not_an_exception_class_keeps_its_break(
