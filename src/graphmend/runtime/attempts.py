@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from graphmend.runtime import cond_layout
 from graphmend.runtime.fallbacks import record_at
 
 
@@ -33,7 +32,6 @@ class Attempt:
     def __init__(self, tracer: Any) -> None:
         self.tracer = tracer
         self.graph = tracer.output.graph
-        self.versions = cond_layout.tensor_versions(self.graph)
         self.nodes = set(self.graph.nodes)
         self.side_effects = tracer.output.side_effects.clone()
         self.deferred = len(tracer.debug_locals)

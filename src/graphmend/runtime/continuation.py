@@ -114,6 +114,7 @@ def _capture(context: Any) -> None:
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
         attempt = Attempt(tracer)
+        versions = cond_layout.tensor_versions(attempt.graph)  # before the branches run
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
@@ -132,7 +133,7 @@ def _capture(context: Any) -> None:
         return
     try:
         for cond in attempt.added(torch.ops.higher_order.cond):
-            cond_layout.pin_operands(attempt.graph, cond, attempt.versions)
+            cond_layout.pin_operands(attempt.graph, cond, versions)
     except cond_layout.Unpinnable as error:
         attempt.undo()
         record_at(context, "continuation", f"TorchInductor could not run the torch.cond: {error}")
