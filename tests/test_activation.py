@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 
 import pytest
@@ -97,3 +99,67 @@ def test_broken_environment_never_stops_the_interpreter(write_module, tmp_path):
     assert result.stderr.startswith(
         "graphmend: the import hook was not installed: GRAPHMEND_PACKAGES='not a pattern!': "
     )
+
+
+# A branch whose arms differ in shape: it runs its original code while tracing, logged.
+FALLS_BACK = """
+import torch
+
+def f(x):
+    if x.sum() > 0:
+        y = x[:1]
+    else:
+        y = x * 3
+    return y
+"""
+IMPORT = "import {name}"
+# The hook installed without its own debug log: only the runtime's line is written.
+COMPILE = (
+    "import torch; from graphmend.activation import install_config; "
+    "from graphmend.config import Config; install_config(Config(packages=({name!r},))); "
+    "import {name}; torch.compile({name}.f, backend='eager')(torch.ones(2, 4))"
+)
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "program"),
+    [
+        ([], {"GRAPHMEND": "maybe"}, IMPORT),
+        ([], {"GRAPHMEND": "1", "GRAPHMEND_LOG": "debug"}, IMPORT),
+        (["-W", "error"], {"GRAPHMEND": "1", "GRAPHMEND_CACHE_DIR": os.devnull}, IMPORT),
+        ([], {"GRAPHMEND_LOG": "debug"}, COMPILE),
+    ],
+    ids=["bad-value-at-startup", "debug-log-of-an-import", "warning-made-an-error", "runtime-log"],
+)
+def test_a_stderr_that_cannot_be_written_never_stops_the_program(
+    write_module, tmp_path, options, env, program
+):
+    # A log reader that went away (a broken pipe) or a full disk: plain Python runs the
+    # program whatever it cannot say, and so must the messages GraphMend writes itself.
+    name = write_module(FALLS_BACK)
+    done = tmp_path / "done"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                *options,
+                "-c",
+                f"{program.format(name=name)}; open({str(done)!r}, 'w')",
+            ],
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(tmp_path / "modules"), os.environ.get("PYTHONPATH")])
+                ),
+                "GRAPHMEND_PACKAGES": name,
+                **env,
+            },
+            stderr=write_end,
+            timeout=600,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0
+    assert done.exists()

@@ -8,7 +8,6 @@ loader, with one warning that names the module and the reason.
 from __future__ import annotations
 
 import gc
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from graphmend.cache import BytecodeCache
 from graphmend.config import Config
 from graphmend.directives import skipped_module
 from graphmend.findings import describe_summary, summarize
-from graphmend.notices import warn
+from graphmend.notices import warn, write_stderr
 
 
 class Status(str, Enum):
@@ -67,8 +66,8 @@ class ModuleRewriter:
     def code_for(self, module_name: str, filename: str, source: bytes) -> CodeType | None:
         """The code to execute for a module, or ``None`` to load it as Python would."""
         outcome = self.build(module_name, filename, source)
-        if self.config.debug and sys.stderr is not None:  # None: started with stderr closed
-            sys.stderr.write(f"graphmend: {module_name}: {outcome.describe()}\n")
+        if self.config.debug:
+            write_stderr(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
             self._warned.add(module_name)
             warn(
