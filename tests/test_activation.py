@@ -58,6 +58,22 @@ def test_install_reads_cache_dir_and_packages(tmp_path, write_module, monkeypatc
     assert list((tmp_path / "elsewhere").rglob("*.gmc"))
 
 
+def test_a_relative_cache_dir_is_where_the_process_started(tmp_path, write_module, monkeypatch):
+    name = write_module(SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", "relative-cache")
+    installation = graphmend.install([name])
+    assert installation.config.environment()["GRAPHMEND_CACHE_DIR"] == str(
+        tmp_path / "relative-cache"
+    )  # and so for child processes started in another directory
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # as a server, or a Ray worker, may after startup
+    importlib.import_module(name)
+    assert list((tmp_path / "relative-cache").rglob("*.gmc"))
+    assert not list(elsewhere.rglob("*.gmc"))
+
+
 def test_bad_settings_are_clear_errors(monkeypatch):
     with pytest.raises(ValueError, match="invalid module pattern 'a b'"):
         graphmend.install(["a b"])

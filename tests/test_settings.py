@@ -6,6 +6,7 @@ import importlib
 import json
 import re
 import site
+import sys
 import tempfile
 from pathlib import Path
 
@@ -416,6 +417,14 @@ def homeless(monkeypatch):
     monkeypatch.setattr(
         Path, "expanduser", lambda self: no_home() if str(self)[:1] == "~" else expanduser(self)
     )
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="XDG_CACHE_HOME is for Linux")
+def test_a_relative_xdg_cache_home_is_ignored():
+    # The XDG Base Directory specification: a relative path is invalid, to be ignored.
+    expected = Path.home() / ".cache" / "graphmend"
+    assert config.default_cache_dir({"XDG_CACHE_HOME": "relative"}) == expected
+    assert config.default_cache_dir({"XDG_CACHE_HOME": "/abs"}) == Path("/abs/graphmend")
 
 
 def test_no_home_directory_never_keeps_the_hook_out(homeless, monkeypatch, tmp_path):
