@@ -233,6 +233,7 @@ BAD_VALUES = [
     ("GRAPHMEND_CACHE", "maybe", "use 1/true/yes/on for on"),
     ("GRAPHMEND_LOG", "verbose", "use 'debug'"),
     ("GRAPHMEND_REWRITES", "defer,teleport", "unknown rewrite(s) teleport"),
+    ("GRAPHMEND_CACHE_DIR", "~gm-no-such-user/c", "the user 'gm-no-such-user' has no home"),
 ]
 
 

@@ -160,10 +160,13 @@ def _packages(value: str) -> tuple[str, ...]:
 def _cache_dir(value: str) -> Path | None:
     if not value.strip():
         return None
+    path = Path(value.strip())
     try:
-        return Path(value.strip()).expanduser()
+        return path.expanduser()
     except (RuntimeError, KeyError):  # KeyError: Python 3.10
-        raise ConfigError("'~' cannot be expanded: this process has no home directory") from None
+        prefix = path.parts[0]  # '~' or '~user'
+        whose = "this process" if prefix == "~" else f"the user {prefix[1:]!r}"
+        raise ConfigError(f"{prefix!r} cannot be expanded: {whose} has no home directory") from None
 
 
 def _log(value: str) -> bool:
