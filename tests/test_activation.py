@@ -12,7 +12,7 @@ import pytest
 import graphmend
 from graphmend.config import Config, ConfigError
 from graphmend.importer import GraphMendFinder, GraphMendLoader
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 SOURCE = "import torch\n\ndef f(x):\n    print('x', x)\n    return x\n"
 
@@ -88,7 +88,7 @@ def test_environment_variable_activates_every_process(write_module, tmp_path, ca
     name = write_module(SOURCE)
     script = f"import {name}, sys; print(type({name}.__loader__).__name__)"
     env = {
-        "PYTHONPATH": str(tmp_path / "modules"),
+        "PYTHONPATH": python_path(tmp_path / "modules"),
         "GRAPHMEND_PACKAGES": name,
         "GRAPHMEND_CACHE_DIR": str(cache_dir),
     }
@@ -166,9 +166,7 @@ def test_a_stderr_that_cannot_be_written_never_stops_the_program(
             ],
             env={
                 **os.environ,
-                "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(tmp_path / "modules"), os.environ.get("PYTHONPATH")])
-                ),
+                "PYTHONPATH": python_path(tmp_path / "modules"),
                 "GRAPHMEND_PACKAGES": name,
                 **env,
             },

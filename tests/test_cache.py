@@ -21,7 +21,7 @@ from graphmend.cache import Access, BytecodeCache
 from graphmend.cli import main as cli_main
 from graphmend.config import Config
 from graphmend.rewriter import ModuleRewriter, Status
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 SOURCE = b"import torch\n\ndef f(x):\n    print('x is', x)\n    return x\n"
 
@@ -243,7 +243,7 @@ def test_warm_import_loads_no_analysis_or_rewrite_code(cache_dir, module_file):
         "GRAPHMEND_PACKAGES": "cached_module",
         "GRAPHMEND_CACHE_DIR": str(cache_dir),
         "GRAPHMEND_LOG": "debug",
-        "PYTHONPATH": str(module_file.parent),
+        "PYTHONPATH": python_path(module_file.parent),
     }
     loaded = {}
     for arm in ("cold", "warm"):
@@ -257,6 +257,38 @@ def test_warm_import_loads_no_analysis_or_rewrite_code(cache_dir, module_file):
         ]
     assert "graphmend.pipeline" in loaded["cold"]
     assert loaded["warm"] == []
+
+
+GUARDED = b"""import torch
+
+def f(x):
+    if x.sum() < 0:
+        raise GmError("negative")
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize(
+    "binding",
+    ["builtins.GmError = ValueError", "builtins.GmError = type('GmError', (ValueError,), {})"],
+    ids=["an-interpreter-class", "a-class-of-the-program"],
+)
+def test_code_rewritten_under_other_builtins_is_not_reused(cache_dir, module_file, binding):
+    # T3 lowers `raise GmError(...)` only where GmError is a builtin exception class: a
+    # program (or IPython, gettext) may add names to builtins, which other processes lack.
+    module_file.write_bytes(GUARDED)
+    env = {
+        "GRAPHMEND": "1",
+        "GRAPHMEND_PACKAGES": "cached_module",
+        "GRAPHMEND_CACHE_DIR": str(cache_dir),
+        "PYTHONPATH": python_path(module_file.parent),
+    }
+    first = run_python("-c", f"import builtins; {binding}; import cached_module", env=env)
+    assert first.returncode == 0, first.stderr
+    compiled = "torch.compile(cached_module.f, backend='eager')(torch.ones(2))"
+    second = run_python("-c", f"import torch, cached_module; print({compiled})", env=env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "tensor([2., 2.])" in second.stdout
 
 
 CONCURRENT = textwrap.dedent(
@@ -292,7 +324,7 @@ def test_concurrent_cold_writers_never_see_a_torn_entry(tmp_path, cache_dir):
         "GRAPHMEND_PACKAGES": "concurrent_target",
         "GRAPHMEND_CACHE_DIR": str(cache_dir),
         "GRAPHMEND_LOG": "debug",
-        "PYTHONPATH": str(source_dir),
+        "PYTHONPATH": python_path(source_dir),
     }
     start = str(time.time() + 8)
     children = [

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import graphmend
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
@@ -105,7 +105,7 @@ def _hook_env(shared: Path, cache: Path) -> dict[str, str]:
         "GRAPHMEND_PACKAGES": "gm_victim,gm_other",
         "GRAPHMEND_CACHE_DIR": str(cache),
         "GRAPHMEND_LOG": "debug",
-        "PYTHONPATH": str(shared / "src"),
+        "PYTHONPATH": python_path(shared / "src"),
     }
 
 

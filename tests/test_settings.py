@@ -21,7 +21,7 @@ from graphmend.config import DEFAULT_PACKAGES, Config, ConfigError, hook_request
 from graphmend.importer import GraphMendFinder, GraphMendLoader
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 SOURCE = "import torch\n\ndef f(x):\n    print('x', x)\n    return x\n"
 
@@ -162,7 +162,7 @@ def test_exclusions_in_the_environment_reach_a_new_process(tmp_path, monkeypatch
         env={
             "GRAPHMEND": "1",
             "GRAPHMEND_PACKAGES": "gm_env_excl,!gm_env_excl.skip",
-            "PYTHONPATH": str(tmp_path / "pkgs"),
+            "PYTHONPATH": python_path(tmp_path / "pkgs"),
         },
     )
     assert result.returncode == 0, result.stderr

@@ -2,7 +2,8 @@
 
 The key covers everything the code depends on: the source bytes, the file's
 path (it is baked into the code object), GraphMend's own code, the rewrite
-settings, the optimisation level and the interpreter's bytecode magic.  Keying
+settings, the builtins the rewrites rely on, the optimisation level and the
+interpreter's bytecode magic.  Keying
 on content rather than mtime means a fresh checkout or a restored image hits
 the cache.  An entry is written to a temporary file in the same directory and
 renamed into place, so concurrent processes (every rank of a ``torchrun`` job)
@@ -43,6 +44,7 @@ from functools import cache
 from pathlib import Path
 from types import CodeType
 
+from graphmend import interpreter_builtins
 from graphmend.notices import warn
 
 _MAGIC = b"GMC1"
@@ -125,6 +127,7 @@ class BytecodeCache:
             importlib.util.MAGIC_NUMBER,
             graphmend_fingerprint().encode(),
             settings.encode(),
+            interpreter_builtins.fingerprint().encode(),
             str(sys.flags.optimize).encode(),
             os.fsencode(filename),
             source,
