@@ -148,14 +148,18 @@ def _mode(path: Path) -> int:
 
 @posix_modes
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o000])
-def test_directories_the_hook_creates_are_private(cache_dir, module_file, umask):
+def test_directories_the_hook_creates_are_private(tmp_path, module_file, umask):
+    # Missing parents too (a new ~/.cache): os.makedirs would make them 0777 less the umask.
+    home = tmp_path / "home"
+    home.mkdir()
+    cache_dir = home / ".cache" / "graphmend"
     previous = os.umask(umask)
     try:
         _build(cache_dir, module_file)
     finally:
         os.umask(previous)
     (entry,) = _entries(cache_dir)
-    assert _mode(cache_dir) == _mode(entry.parent) == 0o700
+    assert {_mode(path) for path in (cache_dir.parent, cache_dir, entry.parent)} == {0o700}
 
 
 @posix_modes
@@ -464,17 +468,19 @@ def test_cli_warm_follows_imports_into_the_scope(tmp_path, cache_dir, monkeypatc
 
 
 @posix_modes
-def test_cli_warm_makes_a_cache_others_can_read(tmp_path, cache_dir, monkeypatch, capsys):
+def test_cli_warm_makes_a_cache_others_can_read(tmp_path, monkeypatch, capsys):
     (tmp_path / "pkgs").mkdir()
     (tmp_path / "pkgs" / "gm_warm_one.py").write_bytes(SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    cache_dir = tmp_path / "opt" / "graphmend-cache"  # /opt/graphmend-cache, /opt made too
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(cache_dir))
     previous = os.umask(0o077)
     try:
         assert cli_main(["cache", "warm", "gm_warm_one"]) == 0
     finally:
         os.umask(previous)
     (entry,) = _entries(cache_dir)
-    assert _mode(cache_dir) == _mode(entry.parent) == 0o755
+    assert {_mode(path) for path in (cache_dir.parent, cache_dir, entry.parent)} == {0o755}
     assert cli_main(["cache", "info"]) == 0
     assert "access:    read-write\n" in capsys.readouterr().out
 

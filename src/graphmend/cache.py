@@ -16,7 +16,7 @@ it.  Only directories and entries owned by this user or by root and writable by
 no one else are used (each checked when opened: an entry's owner and mode are
 read from the open file); anything else means no cache, with one
 :class:`~graphmend.GraphMendWarning` per directory.  The import hook creates its
-directories 0700; ``cache warm`` creates them 0755, for a cache that one user
+directories (missing parents too) 0700; ``cache warm`` creates them 0755, for a cache that one user
 fills and others read.  An entry gets the read bits of its source file, as
 CPython gives a ``.pyc`` (it reveals nothing its source does not), and only its
 owner may write it.  What lies above the cache directory is the user's business,
@@ -317,12 +317,19 @@ def _creatable(missing: Path) -> CacheCheck:
 
 
 def _make_directory(directory: Path, mode: int) -> None:
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    """Create ``directory`` and its missing parents with exactly ``mode``, whatever the umask.
+
+    ``os.makedirs`` would make the parents 0777 less the umask: a new ``~/.cache``
+    that everyone can write under umask 0, or one that the server's user cannot
+    enter when ``cache warm`` runs under umask 077.
+    """
+    if not directory.parent.exists():
+        _make_directory(directory.parent, mode)
     try:
         os.mkdir(directory, mode)
     except FileExistsError:
         return
-    os.chmod(directory, mode)  # exactly ``mode``, whatever the umask
+    os.chmod(directory, mode)
 
 
 def _read_entry(path: Path) -> bytes | None:
