@@ -14,7 +14,8 @@ Entries are code that the process runs, and their key is computed from public
 inputs, so whoever can write the cache can run code in every process that reads
 it.  Only directories and entries owned by this user or by root and writable by
 no one else are used (each checked when opened: an entry's owner and mode are
-read from the open file); anything else means no cache, with one
+read from the open file; a directory is not reached through another user's
+symbolic link); anything else means no cache, with one
 :class:`~graphmend.GraphMendWarning` per directory.  The import hook creates its
 directories (missing parents too) 0700; ``cache warm`` creates them 0755, for a cache that one user
 fills and others read.  An entry gets the read bits of its source file, as
@@ -60,6 +61,10 @@ SHARED = 0o755
 _CHECKS_OWNERS = hasattr(os, "geteuid")
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 _warned: set[str] = set()
+_RULE = (
+    "Cached code runs in every process that reads it, so only directories and entries "
+    "owned by this user or root and writable by no one else are trusted"
+)
 
 
 @dataclass(frozen=True)
@@ -285,16 +290,26 @@ def _distrust(path: Path, status: os.stat_result) -> str | None:
     if not reasons:
         return None
     mode = stat.S_IMODE(status.st_mode)
+    return f"{path} (owner uid {status.st_uid}, mode {mode:04o}): {'; '.join(reasons)}. {_RULE}"
+
+
+def _foreign_link(path: Path, status: os.stat_result) -> str | None:
+    """Why a directory reached through this link (``lstat``) must not be used, or ``None``:
+    another user's link chooses where entries are written and read."""
+    if not _CHECKS_OWNERS or not stat.S_ISLNK(status.st_mode):
+        return None
+    if status.st_uid in (0, os.geteuid()):
+        return None
     return (
-        f"{path} (owner uid {status.st_uid}, mode {mode:04o}): {'; '.join(reasons)}. "
-        "Cached code runs in every process that reads it, so only directories and entries "
-        "owned by this user or root and writable by no one else are trusted"
+        f"{path} (owner uid {status.st_uid}) is a symbolic link of another user, not of "
+        f"this one (uid {os.geteuid()}) or root. {_RULE}"
     )
 
 
 def _directory_problem(directory: Path) -> str | None:
     """Why ``directory`` cannot hold entries, or ``None``; FileNotFoundError when missing."""
     try:
+        link = os.lstat(directory)
         status = os.stat(directory)
     except FileNotFoundError:
         raise
@@ -302,7 +317,7 @@ def _directory_problem(directory: Path) -> str | None:
         return f"{directory} cannot be read ({error.strerror or error})"
     if not stat.S_ISDIR(status.st_mode):
         return f"{directory} is not a directory"
-    return _distrust(directory, status)
+    return _foreign_link(directory, link) or _distrust(directory, status)
 
 
 def _creatable(missing: Path) -> CacheCheck:
