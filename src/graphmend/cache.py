@@ -17,8 +17,8 @@ no one else are used (each checked when opened: an entry's owner and mode are
 read from the open file; a directory is not reached through another user's
 symbolic link); anything else means no cache, with one
 :class:`~graphmend.GraphMendWarning` per directory.  The import hook creates its
-directories (missing parents too) 0700; ``cache warm`` creates them 0755, for a cache that one user
-fills and others read.  An entry gets the read bits of its source file, as
+directories (missing parents too) 0700; ``cache warm`` creates them 0755, for a
+cache that one user fills and others read.  An entry gets the read bits of its source file, as
 CPython gives a ``.pyc`` (it reveals nothing its source does not), and only its
 owner may write it.  What lies above the cache directory is the user's business,
 as for pip's cache or CPython's ``__pycache__``.
