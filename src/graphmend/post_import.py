@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from graphmend.importer import find_spec_elsewhere
+from graphmend import importer  # a module: importer imports the rewriter, which imports this
 from graphmend.notices import warn
 
 Callback = Callable[[ModuleType], None]
@@ -23,8 +23,13 @@ Callback = Callable[[ModuleType], None]
 
 def _is_ready(name: str) -> bool:
     module = sys.modules.get(name)
-    spec = getattr(module, "__spec__", None)
-    return module is not None and not getattr(spec, "_initializing", False)
+    return module is not None and not being_imported(name)
+
+
+def being_imported(name: str) -> bool:
+    """Whether module ``name`` is executing now: in ``sys.modules``, not yet complete."""
+    spec = getattr(sys.modules.get(name), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
 
 
 class _CallbackLoader:
@@ -78,7 +83,7 @@ class _PostImportFinder:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.pending:
             return None
-        spec = find_spec_elsewhere(self, fullname, path, target)
+        spec = importer.find_spec_elsewhere(self, fullname, path, target)
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader = _CallbackLoader(spec.loader, self)
         return spec

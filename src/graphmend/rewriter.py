@@ -20,6 +20,7 @@ from graphmend.config import Config
 from graphmend.directives import skipped_module
 from graphmend.findings import describe_summary, summarize
 from graphmend.notices import warn, write_stderr
+from graphmend.post_import import being_imported
 
 
 class Status(str, Enum):
@@ -83,6 +84,10 @@ class ModuleRewriter:
         if skipped is not None:
             reason = f"{skipped.reason} (line {skipped.lineno})"
             return Outcome(Status.LEFT_ALONE, None, reason=reason)
+        if being_imported("torch"):
+            # Run by torch's own import (importlib's LazyLoader, inspect.getmodule): the
+            # runtime that rewritten code imports needs all of torch.
+            return Outcome(Status.LEFT_ALONE, None, reason="torch is being imported")
         started = time.perf_counter()
         key = None
         if self.cache is not None:
