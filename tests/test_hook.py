@@ -372,3 +372,15 @@ def test_a_module_run_while_torch_is_being_imported_loads_as_python_would(
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["value 3", "3"]
     assert f"graphmend: {name}: torch is being imported; loaded as Python would" in result.stderr
+
+
+def test_torch_being_imported_by_another_thread_leaves_this_threads_modules_rewritten(
+    write_module, cache_dir, monkeypatch
+):
+    # Only torch's own import (its module code on this thread's stack) keeps a module as it
+    # is: a thread that imports a model while another imports torch waits for torch.
+    monkeypatch.setattr(torch.__spec__, "_initializing", True, raising=False)
+    name = write_module(MODULE)
+    _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    assert hasattr(module, "_@gm_rt")

@@ -12,7 +12,7 @@ import importlib.machinery
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from graphmend import importer  # a module: importer imports the rewriter, which imports this
@@ -23,13 +23,23 @@ Callback = Callable[[ModuleType], None]
 
 def _is_ready(name: str) -> bool:
     module = sys.modules.get(name)
-    return module is not None and not being_imported(name)
+    spec = getattr(module, "__spec__", None)
+    return module is not None and not getattr(spec, "_initializing", False)
 
 
-def being_imported(name: str) -> bool:
-    """Whether module ``name`` is executing now: in ``sys.modules``, not yet complete."""
-    spec = getattr(sys.modules.get(name), "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
+def importing_here(name: str) -> bool:
+    """Whether this thread is running the import of module ``name``: its code is on the stack.
+
+    (Another thread importing it makes this one wait at its own import of it.)
+    """
+    if name not in sys.modules or _is_ready(name):
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == name:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class _CallbackLoader:

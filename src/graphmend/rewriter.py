@@ -20,7 +20,7 @@ from graphmend.config import Config
 from graphmend.directives import skipped_module
 from graphmend.findings import describe_summary, summarize
 from graphmend.notices import warn, write_stderr
-from graphmend.post_import import being_imported
+from graphmend.post_import import importing_here
 
 
 class Status(str, Enum):
@@ -84,7 +84,7 @@ class ModuleRewriter:
         if skipped is not None:
             reason = f"{skipped.reason} (line {skipped.lineno})"
             return Outcome(Status.LEFT_ALONE, None, reason=reason)
-        if being_imported("torch"):
+        if importing_here("torch"):
             # Run by torch's own import (importlib's LazyLoader, inspect.getmodule): the
             # runtime that rewritten code imports needs all of torch.
             return Outcome(Status.LEFT_ALONE, None, reason="torch is being imported")
