@@ -139,6 +139,16 @@ def test_cache_directory_that_is_a_file_means_no_cache(tmp_path, module_file):
     assert BytecodeCache(blocker).check().access is Access.UNUSABLE
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where mkdir fails")
+def test_a_cache_directory_that_cannot_be_created_is_one_warning(module_file):
+    # An operator's typo or an unwritable volume: every process would rewrite at every
+    # start, and nothing said why.
+    cache_dir = Path("/proc/self/graphmend-cache")
+    with pytest.warns(GraphMendWarning, match="graphmend-cache cannot be created"):
+        outcome = _build(cache_dir, module_file)
+    assert outcome.status is Status.REWRITTEN and outcome.code is not None
+
+
 posix_modes = pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
 
 

@@ -207,7 +207,8 @@ class BytecodeCache:
         for directory in (self.directory, self._tag_dir):
             try:
                 _make_directory(directory, mode)
-            except OSError:
+            except OSError as error:
+                _warn_once(directory, f"{directory} cannot be created ({error.strerror or error})")
                 return False
             if not self._trusted(directory):
                 return False
