@@ -31,8 +31,13 @@ def activate_from_env() -> None:
 
             graphmend.install()
     except Exception as error:
-        if sys.stderr is not None:  # None: started with stderr closed (2>&-)
-            sys.stderr.write(f"graphmend: the import hook was not installed: {error}\n")
+        # As graphmend.notices.write_stderr, which may be what failed to import: stderr
+        # is None when closed (2>&-), and a write to a broken pipe or a full disk fails.
+        import contextlib
+
+        if sys.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"graphmend: the import hook was not installed: {error}\n")
 
 
 activate_from_env()

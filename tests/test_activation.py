@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 import graphmend
 from graphmend.config import Config, ConfigError
 from graphmend.importer import GraphMendFinder, GraphMendLoader
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 SOURCE = "import torch\n\ndef f(x):\n    print('x', x)\n    return x\n"
 
@@ -56,6 +58,22 @@ def test_install_reads_cache_dir_and_packages(tmp_path, write_module, monkeypatc
     assert list((tmp_path / "elsewhere").rglob("*.gmc"))
 
 
+def test_a_relative_cache_dir_is_where_the_process_started(tmp_path, write_module, monkeypatch):
+    name = write_module(SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", "relative-cache")
+    installation = graphmend.install([name])
+    assert installation.config.environment()["GRAPHMEND_CACHE_DIR"] == str(
+        tmp_path / "relative-cache"
+    )  # and so for child processes started in another directory
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # as a server, or a Ray worker, may after startup
+    importlib.import_module(name)
+    assert list((tmp_path / "relative-cache").rglob("*.gmc"))
+    assert not list(elsewhere.rglob("*.gmc"))
+
+
 def test_bad_settings_are_clear_errors(monkeypatch):
     with pytest.raises(ValueError, match="invalid module pattern 'a b'"):
         graphmend.install(["a b"])
@@ -70,7 +88,7 @@ def test_environment_variable_activates_every_process(write_module, tmp_path, ca
     name = write_module(SOURCE)
     script = f"import {name}, sys; print(type({name}.__loader__).__name__)"
     env = {
-        "PYTHONPATH": str(tmp_path / "modules"),
+        "PYTHONPATH": python_path(tmp_path / "modules"),
         "GRAPHMEND_PACKAGES": name,
         "GRAPHMEND_CACHE_DIR": str(cache_dir),
     }
@@ -97,3 +115,65 @@ def test_broken_environment_never_stops_the_interpreter(write_module, tmp_path):
     assert result.stderr.startswith(
         "graphmend: the import hook was not installed: GRAPHMEND_PACKAGES='not a pattern!': "
     )
+
+
+# A branch whose arms differ in shape: it runs its original code while tracing, logged.
+FALLS_BACK = """
+import torch
+
+def f(x):
+    if x.sum() > 0:
+        y = x[:1]
+    else:
+        y = x * 3
+    return y
+"""
+IMPORT = "import {name}"
+# The hook installed without its own debug log: only the runtime's line is written.
+COMPILE = (
+    "import torch; from graphmend.activation import install_config; "
+    "from graphmend.config import Config; install_config(Config(packages=({name!r},))); "
+    "import {name}; torch.compile({name}.f, backend='eager')(torch.ones(2, 4))"
+)
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "program"),
+    [
+        ([], {"GRAPHMEND": "maybe"}, IMPORT),
+        ([], {"GRAPHMEND": "1", "GRAPHMEND_LOG": "debug"}, IMPORT),
+        (["-W", "error"], {"GRAPHMEND": "1", "GRAPHMEND_CACHE_DIR": os.devnull}, IMPORT),
+        ([], {"GRAPHMEND_LOG": "debug"}, COMPILE),
+    ],
+    ids=["bad-value-at-startup", "debug-log-of-an-import", "warning-made-an-error", "runtime-log"],
+)
+def test_a_stderr_that_cannot_be_written_never_stops_the_program(
+    write_module, tmp_path, options, env, program
+):
+    # A log reader that went away (a broken pipe) or a full disk: plain Python runs the
+    # program whatever it cannot say, and so must the messages GraphMend writes itself.
+    name = write_module(FALLS_BACK)
+    done = tmp_path / "done"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                *options,
+                "-c",
+                f"{program.format(name=name)}; open({str(done)!r}, 'w')",
+            ],
+            env={
+                **os.environ,
+                "PYTHONPATH": python_path(tmp_path / "modules"),
+                "GRAPHMEND_PACKAGES": name,
+                **env,
+            },
+            stderr=write_end,
+            timeout=600,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0
+    assert done.exists()

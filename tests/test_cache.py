@@ -21,7 +21,7 @@ from graphmend.cache import Access, BytecodeCache
 from graphmend.cli import main as cli_main
 from graphmend.config import Config
 from graphmend.rewriter import ModuleRewriter, Status
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 SOURCE = b"import torch\n\ndef f(x):\n    print('x is', x)\n    return x\n"
 
@@ -139,6 +139,16 @@ def test_cache_directory_that_is_a_file_means_no_cache(tmp_path, module_file):
     assert BytecodeCache(blocker).check().access is Access.UNUSABLE
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where mkdir fails")
+def test_a_cache_directory_that_cannot_be_created_is_one_warning(module_file):
+    # An operator's typo or an unwritable volume: every process would rewrite at every
+    # start, and nothing said why.
+    cache_dir = Path("/proc/self/graphmend-cache")
+    with pytest.warns(GraphMendWarning, match="graphmend-cache cannot be created"):
+        outcome = _build(cache_dir, module_file)
+    assert outcome.status is Status.REWRITTEN and outcome.code is not None
+
+
 posix_modes = pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
 
 
@@ -148,14 +158,18 @@ def _mode(path: Path) -> int:
 
 @posix_modes
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o000])
-def test_directories_the_hook_creates_are_private(cache_dir, module_file, umask):
+def test_directories_the_hook_creates_are_private(tmp_path, module_file, umask):
+    # Missing parents too (a new ~/.cache): os.makedirs would make them 0777 less the umask.
+    home = tmp_path / "home"
+    home.mkdir()
+    cache_dir = home / ".cache" / "graphmend"
     previous = os.umask(umask)
     try:
         _build(cache_dir, module_file)
     finally:
         os.umask(previous)
     (entry,) = _entries(cache_dir)
-    assert _mode(cache_dir) == _mode(entry.parent) == 0o700
+    assert {_mode(path) for path in (cache_dir.parent, cache_dir, entry.parent)} == {0o700}
 
 
 @posix_modes
@@ -243,7 +257,7 @@ def test_warm_import_loads_no_analysis_or_rewrite_code(cache_dir, module_file):
         "GRAPHMEND_PACKAGES": "cached_module",
         "GRAPHMEND_CACHE_DIR": str(cache_dir),
         "GRAPHMEND_LOG": "debug",
-        "PYTHONPATH": str(module_file.parent),
+        "PYTHONPATH": python_path(module_file.parent),
     }
     loaded = {}
     for arm in ("cold", "warm"):
@@ -257,6 +271,38 @@ def test_warm_import_loads_no_analysis_or_rewrite_code(cache_dir, module_file):
         ]
     assert "graphmend.pipeline" in loaded["cold"]
     assert loaded["warm"] == []
+
+
+GUARDED = b"""import torch
+
+def f(x):
+    if x.sum() < 0:
+        raise GmError("negative")
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize(
+    "binding",
+    ["builtins.GmError = ValueError", "builtins.GmError = type('GmError', (ValueError,), {})"],
+    ids=["an-interpreter-class", "a-class-of-the-program"],
+)
+def test_code_rewritten_under_other_builtins_is_not_reused(cache_dir, module_file, binding):
+    # T3 lowers `raise GmError(...)` only where GmError is a builtin exception class: a
+    # program (or IPython, gettext) may add names to builtins, which other processes lack.
+    module_file.write_bytes(GUARDED)
+    env = {
+        "GRAPHMEND": "1",
+        "GRAPHMEND_PACKAGES": "cached_module",
+        "GRAPHMEND_CACHE_DIR": str(cache_dir),
+        "PYTHONPATH": python_path(module_file.parent),
+    }
+    first = run_python("-c", f"import builtins; {binding}; import cached_module", env=env)
+    assert first.returncode == 0, first.stderr
+    compiled = "torch.compile(cached_module.f, backend='eager')(torch.ones(2))"
+    second = run_python("-c", f"import torch, cached_module; print({compiled})", env=env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "tensor([2., 2.])" in second.stdout
 
 
 CONCURRENT = textwrap.dedent(
@@ -292,7 +338,7 @@ def test_concurrent_cold_writers_never_see_a_torn_entry(tmp_path, cache_dir):
         "GRAPHMEND_PACKAGES": "concurrent_target",
         "GRAPHMEND_CACHE_DIR": str(cache_dir),
         "GRAPHMEND_LOG": "debug",
-        "PYTHONPATH": str(source_dir),
+        "PYTHONPATH": python_path(source_dir),
     }
     start = str(time.time() + 8)
     children = [
@@ -432,17 +478,19 @@ def test_cli_warm_follows_imports_into_the_scope(tmp_path, cache_dir, monkeypatc
 
 
 @posix_modes
-def test_cli_warm_makes_a_cache_others_can_read(tmp_path, cache_dir, monkeypatch, capsys):
+def test_cli_warm_makes_a_cache_others_can_read(tmp_path, monkeypatch, capsys):
     (tmp_path / "pkgs").mkdir()
     (tmp_path / "pkgs" / "gm_warm_one.py").write_bytes(SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    cache_dir = tmp_path / "opt" / "graphmend-cache"  # /opt/graphmend-cache, /opt made too
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(cache_dir))
     previous = os.umask(0o077)
     try:
         assert cli_main(["cache", "warm", "gm_warm_one"]) == 0
     finally:
         os.umask(previous)
     (entry,) = _entries(cache_dir)
-    assert _mode(cache_dir) == _mode(entry.parent) == 0o755
+    assert {_mode(path) for path in (cache_dir.parent, cache_dir, entry.parent)} == {0o755}
     assert cli_main(["cache", "info"]) == 0
     assert "access:    read-write\n" in capsys.readouterr().out
 

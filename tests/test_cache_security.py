@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import graphmend
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
@@ -105,7 +105,7 @@ def _hook_env(shared: Path, cache: Path) -> dict[str, str]:
         "GRAPHMEND_PACKAGES": "gm_victim,gm_other",
         "GRAPHMEND_CACHE_DIR": str(cache),
         "GRAPHMEND_LOG": "debug",
-        "PYTHONPATH": str(shared / "src"),
+        "PYTHONPATH": python_path(shared / "src"),
     }
 
 
@@ -151,6 +151,24 @@ def test_planted_entry_never_runs(shared, precreated, attacker_mode, then, blame
     assert blamed in victim.stderr and "does not use its cache" in victim.stderr
     # Nothing was written there either.
     assert [p for p in cache.rglob("*") if p.stat().st_uid == 0] == []
+
+
+def test_another_users_link_to_a_directory_of_ours_is_not_followed(shared):
+    # In a directory anyone may add to (the default graphmend-<uid> in /tmp, for a process
+    # with no home), another user's link would choose where our entries go and are read.
+    ours = shared / "ours"
+    ours.mkdir(mode=0o755)
+    link = shared / "gm-cache"
+    link.symlink_to(ours)
+    os.lchown(link, NOBODY, NOBODY)
+
+    victim = run_python("-W", "always", "-c", IMPORT_BOTH, env=_hook_env(shared, link))
+
+    assert victim.returncode == 0, victim.stderr[-2000:]
+    assert "value 42" in victim.stdout and "gm_victim: rewritten" in victim.stderr
+    assert victim.stderr.count("GraphMendWarning") == 1, victim.stderr
+    assert "owner uid 65534" in victim.stderr and "symbolic link" in victim.stderr
+    assert list(ours.iterdir()) == []
 
 
 def test_root_warmed_cache_serves_another_user(shared):

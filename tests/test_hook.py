@@ -338,3 +338,49 @@ def test_a_module_without_torch_does_not_import_it_and_binds_it_once_imported(
         completed = run_python("-c", script, env=env, timeout=300)
         assert completed.returncode == 0, completed.stderr[-3000:]
         assert completed.stdout.splitlines() == expected
+
+
+# importlib's LazyLoader runs a module at its first attribute access: torch's own import
+# makes one (inspect.getmodule looks at every module's __file__), so the module runs while
+# torch is half imported, where GraphMend's runtime cannot be imported yet.
+LAZY_BEFORE_TORCH = """
+import importlib.util, sys
+spec = importlib.util.find_spec({name!r})
+spec.loader = importlib.util.LazyLoader(spec.loader)
+module = importlib.util.module_from_spec(spec)
+sys.modules[{name!r}] = module
+spec.loader.exec_module(module)
+import torch
+print(module.shout(3))
+"""
+
+
+def test_a_module_run_while_torch_is_being_imported_loads_as_python_would(
+    write_module, cache_dir, tmp_path
+):
+    from helpers.processes import python_path, run_python
+
+    name = write_module(MODULE)
+    env = {
+        "GRAPHMEND": "1",
+        "GRAPHMEND_PACKAGES": name,
+        "GRAPHMEND_CACHE_DIR": str(cache_dir),
+        "GRAPHMEND_LOG": "debug",
+        "PYTHONPATH": python_path(tmp_path / "modules"),
+    }
+    result = run_python("-c", LAZY_BEFORE_TORCH.format(name=name), env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["value 3", "3"]
+    assert f"graphmend: {name}: torch is being imported; loaded as Python would" in result.stderr
+
+
+def test_torch_being_imported_by_another_thread_leaves_this_threads_modules_rewritten(
+    write_module, cache_dir, monkeypatch
+):
+    # Only torch's own import (its module code on this thread's stack) keeps a module as it
+    # is: a thread that imports a model while another imports torch waits for torch.
+    monkeypatch.setattr(torch.__spec__, "_initializing", True, raising=False)
+    name = write_module(MODULE)
+    _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    assert hasattr(module, "_@gm_rt")

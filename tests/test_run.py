@@ -101,6 +101,16 @@ def test_linked_script_directory_and_zip_run_as_with_python(project, tmp_path):
     assert (_lines(mended), mended.stderr) == (_lines(plain), plain.stderr)
 
 
+def test_a_compiled_script_runs_as_with_python(project):
+    # `python script.pyc` runs the bytecode (a sourceless deployment): nothing to rewrite.
+    compiled = "import py_compile; py_compile.compile('script.py', cfile='script.pyc')"
+    assert run_python("-c", compiled, cwd=project).returncode == 0
+    plain = run_python("script.pyc", "0", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "script.pyc", "0", cwd=project)
+    assert plain.returncode == 0, plain.stderr
+    assert (mended.returncode, _lines(mended), mended.stderr) == (0, _lines(plain), plain.stderr)
+
+
 def test_the_launchers_own_names_survive_the_run(project):
     # A launcher (a console script, `python -c`) still reads its globals after main().
     (project / "quiet.py").write_text("value = 1\n")

@@ -6,6 +6,7 @@ import importlib
 import json
 import re
 import site
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from graphmend.config import DEFAULT_PACKAGES, Config, ConfigError, hook_request
 from graphmend.importer import GraphMendFinder, GraphMendLoader
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 SOURCE = "import torch\n\ndef f(x):\n    print('x', x)\n    return x\n"
 
@@ -161,7 +162,7 @@ def test_exclusions_in_the_environment_reach_a_new_process(tmp_path, monkeypatch
         env={
             "GRAPHMEND": "1",
             "GRAPHMEND_PACKAGES": "gm_env_excl,!gm_env_excl.skip",
-            "PYTHONPATH": str(tmp_path / "pkgs"),
+            "PYTHONPATH": python_path(tmp_path / "pkgs"),
         },
     )
     assert result.returncode == 0, result.stderr
@@ -232,6 +233,7 @@ BAD_VALUES = [
     ("GRAPHMEND_CACHE", "maybe", "use 1/true/yes/on for on"),
     ("GRAPHMEND_LOG", "verbose", "use 'debug'"),
     ("GRAPHMEND_REWRITES", "defer,teleport", "unknown rewrite(s) teleport"),
+    ("GRAPHMEND_CACHE_DIR", "~gm-no-such-user/c", "the user 'gm-no-such-user' has no home"),
 ]
 
 
@@ -416,6 +418,14 @@ def homeless(monkeypatch):
     monkeypatch.setattr(
         Path, "expanduser", lambda self: no_home() if str(self)[:1] == "~" else expanduser(self)
     )
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="XDG_CACHE_HOME is for Linux")
+def test_a_relative_xdg_cache_home_is_ignored():
+    # The XDG Base Directory specification: a relative path is invalid, to be ignored.
+    expected = Path.home() / ".cache" / "graphmend"
+    assert config.default_cache_dir({"XDG_CACHE_HOME": "relative"}) == expected
+    assert config.default_cache_dir({"XDG_CACHE_HOME": "/abs"}) == Path("/abs/graphmend")
 
 
 def test_no_home_directory_never_keeps_the_hook_out(homeless, monkeypatch, tmp_path):

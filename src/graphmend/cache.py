@@ -2,7 +2,8 @@
 
 The key covers everything the code depends on: the source bytes, the file's
 path (it is baked into the code object), GraphMend's own code, the rewrite
-settings, the optimisation level and the interpreter's bytecode magic.  Keying
+settings, the builtins the rewrites rely on, the optimisation level and the
+interpreter's bytecode magic.  Keying
 on content rather than mtime means a fresh checkout or a restored image hits
 the cache.  An entry is written to a temporary file in the same directory and
 renamed into place, so concurrent processes (every rank of a ``torchrun`` job)
@@ -13,10 +14,11 @@ Entries are code that the process runs, and their key is computed from public
 inputs, so whoever can write the cache can run code in every process that reads
 it.  Only directories and entries owned by this user or by root and writable by
 no one else are used (each checked when opened: an entry's owner and mode are
-read from the open file); anything else means no cache, with one
+read from the open file; a directory is not reached through another user's
+symbolic link); anything else means no cache, with one
 :class:`~graphmend.GraphMendWarning` per directory.  The import hook creates its
-directories 0700; ``cache warm`` creates them 0755, for a cache that one user
-fills and others read.  An entry gets the read bits of its source file, as
+directories (missing parents too) 0700; ``cache warm`` creates them 0755, for a
+cache that one user fills and others read.  An entry gets the read bits of its source file, as
 CPython gives a ``.pyc`` (it reveals nothing its source does not), and only its
 owner may write it.  What lies above the cache directory is the user's business,
 as for pip's cache or CPython's ``__pycache__``.
@@ -43,6 +45,7 @@ from functools import cache
 from pathlib import Path
 from types import CodeType
 
+from graphmend import interpreter_builtins
 from graphmend.notices import warn
 
 _MAGIC = b"GMC1"
@@ -58,6 +61,10 @@ SHARED = 0o755
 _CHECKS_OWNERS = hasattr(os, "geteuid")
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 _warned: set[str] = set()
+_RULE = (
+    "Cached code runs in every process that reads it, so only directories and entries "
+    "owned by this user or root and writable by no one else are trusted"
+)
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ class BytecodeCache:
             importlib.util.MAGIC_NUMBER,
             graphmend_fingerprint().encode(),
             settings.encode(),
+            interpreter_builtins.fingerprint().encode(),
             str(sys.flags.optimize).encode(),
             os.fsencode(filename),
             source,
@@ -199,7 +207,8 @@ class BytecodeCache:
         for directory in (self.directory, self._tag_dir):
             try:
                 _make_directory(directory, mode)
-            except OSError:
+            except OSError as error:
+                _warn_once(directory, f"{directory} cannot be created ({error.strerror or error})")
                 return False
             if not self._trusted(directory):
                 return False
@@ -282,16 +291,26 @@ def _distrust(path: Path, status: os.stat_result) -> str | None:
     if not reasons:
         return None
     mode = stat.S_IMODE(status.st_mode)
+    return f"{path} (owner uid {status.st_uid}, mode {mode:04o}): {'; '.join(reasons)}. {_RULE}"
+
+
+def _foreign_link(path: Path, status: os.stat_result) -> str | None:
+    """Why a directory reached through this link (``lstat``) must not be used, or ``None``:
+    another user's link chooses where entries are written and read."""
+    if not _CHECKS_OWNERS or not stat.S_ISLNK(status.st_mode):
+        return None
+    if status.st_uid in (0, os.geteuid()):
+        return None
     return (
-        f"{path} (owner uid {status.st_uid}, mode {mode:04o}): {'; '.join(reasons)}. "
-        "Cached code runs in every process that reads it, so only directories and entries "
-        "owned by this user or root and writable by no one else are trusted"
+        f"{path} (owner uid {status.st_uid}) is a symbolic link of another user, not of "
+        f"this one (uid {os.geteuid()}) or root. {_RULE}"
     )
 
 
 def _directory_problem(directory: Path) -> str | None:
     """Why ``directory`` cannot hold entries, or ``None``; FileNotFoundError when missing."""
     try:
+        link = os.lstat(directory)
         status = os.stat(directory)
     except FileNotFoundError:
         raise
@@ -299,7 +318,7 @@ def _directory_problem(directory: Path) -> str | None:
         return f"{directory} cannot be read ({error.strerror or error})"
     if not stat.S_ISDIR(status.st_mode):
         return f"{directory} is not a directory"
-    return _distrust(directory, status)
+    return _foreign_link(directory, link) or _distrust(directory, status)
 
 
 def _creatable(missing: Path) -> CacheCheck:
@@ -314,12 +333,19 @@ def _creatable(missing: Path) -> CacheCheck:
 
 
 def _make_directory(directory: Path, mode: int) -> None:
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    """Create ``directory`` and its missing parents with exactly ``mode``, whatever the umask.
+
+    ``os.makedirs`` would make the parents 0777 less the umask: a new ``~/.cache``
+    that everyone can write under umask 0, or one that the server's user cannot
+    enter when ``cache warm`` runs under umask 077.
+    """
+    if not directory.parent.exists():
+        _make_directory(directory.parent, mode)
     try:
         os.mkdir(directory, mode)
     except FileExistsError:
         return
-    os.chmod(directory, mode)  # exactly ``mode``, whatever the umask
+    os.chmod(directory, mode)
 
 
 def _read_entry(path: Path) -> bytes | None:

@@ -6,7 +6,8 @@ configure a process (a serving container, each ``torchrun`` rank):
 ``GRAPHMEND``             ``1``/``true``/``yes``/``on`` installs the hook at startup
 ``GRAPHMEND_PACKAGES``    comma-separated module patterns (``!`` excludes); replaces
                           the default scope, or applies exclusions alone to it
-``GRAPHMEND_CACHE_DIR``   cache directory (default: the user cache directory)
+``GRAPHMEND_CACHE_DIR``   cache directory (default: the user cache directory); a
+                          relative path is taken from the starting directory
 ``GRAPHMEND_CACHE``       ``0`` turns the bytecode cache off
 ``GRAPHMEND_REWRITES``    comma-separated rewrites to run (unset: all of them; empty:
                           none)
@@ -79,7 +80,9 @@ def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
             return Path(base) / "graphmend" / "Cache"
         if sys.platform == "darwin":
             return Path.home() / "Library" / "Caches" / "graphmend"
-        base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        base = environ.get("XDG_CACHE_HOME", "")
+        if not os.path.isabs(base):  # the XDG specification: a relative path is ignored
+            base = str(Path.home() / ".cache")
     except (RuntimeError, KeyError):  # no home directory (KeyError: Python 3.10)
         user = os.geteuid() if hasattr(os, "geteuid") else "user"
         return Path(tempfile.gettempdir()) / f"graphmend-{user}"
@@ -157,10 +160,13 @@ def _packages(value: str) -> tuple[str, ...]:
 def _cache_dir(value: str) -> Path | None:
     if not value.strip():
         return None
+    path = Path(value.strip())
     try:
-        return Path(value.strip()).expanduser()
+        return path.expanduser()
     except (RuntimeError, KeyError):  # KeyError: Python 3.10
-        raise ConfigError("'~' cannot be expanded: this process has no home directory") from None
+        prefix = path.parts[0]  # '~' or '~user'
+        whose = "this process" if prefix == "~" else f"the user {prefix[1:]!r}"
+        raise ConfigError(f"{prefix!r} cannot be expanded: {whose} has no home directory") from None
 
 
 def _log(value: str) -> bool:
@@ -249,6 +255,9 @@ class Config:
     cuda_guards: str = CUDA_GUARD_MODES[0]
 
     def __post_init__(self) -> None:
+        # Fixed now: the process may change its working directory, its children start
+        # in others, and the cache must stay where it was named.
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir).absolute())
         object.__setattr__(self, "rewrites", _check_rewrites(self.rewrites))
         object.__setattr__(self, "packages", scope(self.packages))
         if self.cuda_guards not in CUDA_GUARD_MODES:

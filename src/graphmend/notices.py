@@ -8,6 +8,7 @@ where the filter says so, the message is written to stderr instead.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 
@@ -22,5 +23,17 @@ def warn(message: str, stacklevel: int = 2) -> None:
     try:
         warnings.warn(message, GraphMendWarning, stacklevel=stacklevel + 1)
     except GraphMendWarning:
-        if sys.stderr is not None:  # None: started with stderr closed
-            sys.stderr.write(f"{message}\n")
+        write_stderr(f"{message}\n")
+
+
+def write_stderr(text: str) -> None:
+    """Write ``text`` to stderr if it can be written, else say nothing.
+
+    ``sys.stderr`` is ``None`` in a process started with it closed (``2>&-``), and a
+    write fails on a pipe whose reader went away or on a full disk; as :mod:`warnings`
+    does, GraphMend then drops the message rather than fail what it reports on.
+    """
+    if sys.stderr is None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # ValueError: the program closed it
+        sys.stderr.write(text)

@@ -12,10 +12,10 @@ import importlib.machinery
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
-from graphmend.importer import find_spec_elsewhere
+from graphmend import importer  # a module: importer imports the rewriter, which imports this
 from graphmend.notices import warn
 
 Callback = Callable[[ModuleType], None]
@@ -25,6 +25,21 @@ def _is_ready(name: str) -> bool:
     module = sys.modules.get(name)
     spec = getattr(module, "__spec__", None)
     return module is not None and not getattr(spec, "_initializing", False)
+
+
+def importing_here(name: str) -> bool:
+    """Whether this thread is running the import of module ``name``: its code is on the stack.
+
+    (Another thread importing it makes this one wait at its own import of it.)
+    """
+    if name not in sys.modules or _is_ready(name):
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == name:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class _CallbackLoader:
@@ -78,7 +93,7 @@ class _PostImportFinder:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.pending:
             return None
-        spec = find_spec_elsewhere(self, fullname, path, target)
+        spec = importer.find_spec_elsewhere(self, fullname, path, target)
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader = _CallbackLoader(spec.loader, self)
         return spec

@@ -8,7 +8,6 @@ loader, with one warning that names the module and the reason.
 from __future__ import annotations
 
 import gc
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,8 @@ from graphmend.cache import BytecodeCache
 from graphmend.config import Config
 from graphmend.directives import skipped_module
 from graphmend.findings import describe_summary, summarize
-from graphmend.notices import warn
+from graphmend.notices import warn, write_stderr
+from graphmend.post_import import importing_here
 
 
 class Status(str, Enum):
@@ -67,8 +67,8 @@ class ModuleRewriter:
     def code_for(self, module_name: str, filename: str, source: bytes) -> CodeType | None:
         """The code to execute for a module, or ``None`` to load it as Python would."""
         outcome = self.build(module_name, filename, source)
-        if self.config.debug and sys.stderr is not None:  # None: started with stderr closed
-            sys.stderr.write(f"graphmend: {module_name}: {outcome.describe()}\n")
+        if self.config.debug:
+            write_stderr(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
             self._warned.add(module_name)
             warn(
@@ -84,6 +84,10 @@ class ModuleRewriter:
         if skipped is not None:
             reason = f"{skipped.reason} (line {skipped.lineno})"
             return Outcome(Status.LEFT_ALONE, None, reason=reason)
+        if importing_here("torch"):
+            # Run by torch's own import (importlib's LazyLoader, inspect.getmodule): the
+            # runtime that rewritten code imports needs all of torch.
+            return Outcome(Status.LEFT_ALONE, None, reason="torch is being imported")
         started = time.perf_counter()
         key = None
         if self.cache is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import builtins
 import importlib.machinery
+import importlib.util
+import marshal
 import os
 import pkgutil
 import runpy
@@ -65,16 +67,16 @@ def run_script(
         raise ScriptError(
             f"can't open file {absolute!r}: [Errno {error.errno}] {error.strerror}"
         ) from None
+    compiled = _is_compiled(absolute, source)
     code = None
     if config is not None:
         installation = _install(config)
-        code = installation.finder.rewriter.code_for(name, absolute, source)
+        if not compiled:
+            code = installation.finder.rewriter.code_for(name, absolute, source)
     main = _fresh_main(name)
-    main.__dict__.update(
-        __file__=absolute,
-        __cached__=None,
-        __loader__=importlib.machinery.SourceFileLoader(name, absolute),
-    )
+    machinery = importlib.machinery
+    loader = machinery.SourcelessFileLoader if compiled else machinery.SourceFileLoader
+    main.__dict__.update(__file__=absolute, __cached__=None, __loader__=loader(name, absolute))
     sys.argv = [path, *args]
     if not getattr(sys.flags, "safe_path", False):  # Python 3.11+: -P
         # The interpreter resolves symbolic links: a linked script imports its neighbours.
@@ -82,10 +84,27 @@ def run_script(
 
     def execute() -> None:
         # A syntax error in the script is reported as the interpreter reports it.
-        exec(code or compile(source, absolute, "exec", dont_inherit=True), main.__dict__)
+        exec(code or _script_code(absolute, source, compiled), main.__dict__)
 
     _report_uncaught(execute)
     return main.__dict__
+
+
+def _is_compiled(path: str, data: bytes) -> bool:
+    """Whether ``python path`` runs ``data`` as bytecode (a ``.pyc``, or its magic number)."""
+    return path.endswith(".pyc") or data[:2] == importlib.util.MAGIC_NUMBER[:2]
+
+
+def _script_code(path: str, data: bytes, compiled: bool) -> types.CodeType:
+    """The code of a script as the interpreter makes it: compiled, or read from a ``.pyc``."""
+    if not compiled:
+        return compile(data, path, "exec", dont_inherit=True)
+    if data[:4] != importlib.util.MAGIC_NUMBER:
+        raise RuntimeError("Bad magic number in .pyc file")
+    code = marshal.loads(data[16:])  # after the magic number, flags and source stamp
+    if not isinstance(code, types.CodeType):
+        raise RuntimeError("Bad code object in .pyc file")
+    return code
 
 
 def run_module(module: str, args: list[str], config: Config) -> None:

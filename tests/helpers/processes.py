@@ -22,6 +22,13 @@ def run_python(
     )
 
 
+def python_path(*directories: Path | str) -> str:
+    """``PYTHONPATH`` for a child: ``directories``, then ours (which may name the
+    checkout under test ahead of an installed GraphMend)."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([*map(str, directories), *filter(None, [inherited])])
+
+
 def offline_model_environment(scratch: Path) -> dict[str, str]:
     """For a child that builds transformers models: offline, its own dynamic-module
     cache (``trust_remote_code``) and GraphMend cache under ``scratch``."""

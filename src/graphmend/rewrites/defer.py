@@ -32,7 +32,6 @@ with the original graph break.
 from __future__ import annotations
 
 import ast
-import builtins
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from graphmend.analysis.output_calls import NotProven, OutputCall, OutputKind
 from graphmend.analysis.scopes import BindingKind, Resolution
 from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
+from graphmend.interpreter_builtins import interpreter_builtin
 from graphmend.rewrites.common import (
     RUNTIME,
     Decline,
@@ -381,7 +381,7 @@ class _Planner:
         if not isinstance(expr, ast.Name):
             return False
         if self.scopes.resolve(expr.id, self.functions) is Resolution.BUILTIN:
-            return callable(getattr(builtins, expr.id, None))
+            return interpreter_builtin(expr.id) is not None
         binding = self.scopes.sole_global_binding(expr.id, self.functions)
         return binding is not None and binding.kind in _STATIC_KINDS
 

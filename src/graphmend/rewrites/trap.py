@@ -23,7 +23,6 @@ anything: names, constants, shapes, dtypes, ``len()``, ``x.size()``, and ``tuple
 from __future__ import annotations
 
 import ast
-import builtins
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from graphmend.analysis.purity import qualified_name
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 from graphmend.analysis.speculation import speculation_problem
 from graphmend.findings import Decision
+from graphmend.interpreter_builtins import interpreter_builtin
 from graphmend.rewrites.common import (
     Decline,
     FunctionStatementRewriter,
@@ -251,7 +251,7 @@ def _check_exception(
 ) -> None:
     if isinstance(exception, ast.Name):
         if scopes.resolve(exception.id, functions) is Resolution.BUILTIN:
-            value = getattr(builtins, exception.id, None)
+            value = interpreter_builtin(exception.id)
             if isinstance(value, type) and issubclass(value, BaseException):
                 return
         binding = scopes.sole_global_binding(exception.id, functions)

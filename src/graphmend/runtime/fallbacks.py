@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
 from graphmend.config import ConfigError, debug_log
+from graphmend.notices import write_stderr
 
 #: The name TorchDynamo gives the rest of a function after a graph break.
 _RESUMED = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
@@ -130,10 +130,10 @@ def _log(fallback: Fallback) -> None:
         wanted = debug_log()
     except ConfigError:  # reported when the hook was installed
         return
-    if wanted and sys.stderr is not None:  # None: started with stderr closed
+    if wanted:
         rank = os.environ.get("RANK")
         who = f"pid {os.getpid()}" + (f" rank {rank}" if rank is not None else "")
-        sys.stderr.write(
+        write_stderr(
             f"graphmend [{who}]: {fallback.location()} ({fallback.function}): "
             f"{fallback.rewrite} site runs its original code while tracing: {fallback.reason}\n"
         )
