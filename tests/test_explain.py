@@ -23,7 +23,7 @@ import pytest
 from graphmend.cli import main
 from graphmend.findings import Decision, Finding
 from graphmend.pipeline import rewrite
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 _counter = itertools.count()
 
@@ -290,7 +290,7 @@ def test_command_line_exit_status_and_output(write_module, tmp_path):
         "explain",
         name,
         "gm_no_such_module",
-        env={"PYTHONPATH": str(_module_path(name).parent)},
+        env={"PYTHONPATH": python_path(_module_path(name).parent)},
     )
     assert result.returncode == 1
     assert "3 candidate sites: defer 1 rewritten, 2 declined" in result.stdout
@@ -304,7 +304,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(write_module):
         [sys.executable, "-m", "graphmend", "diff", name],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(_module_path(name).parent)},
+        env={**os.environ, "PYTHONPATH": python_path(_module_path(name).parent)},
     )
     assert process.stdout is not None and process.stderr is not None
     assert process.stdout.readline().startswith(b"# ")
