@@ -1,0 +1,105 @@
+"""Dynamic shapes: rewritten sites compiled with symbolic sizes (``dynamic=True``,
+automatic dynamic shapes) recompile no more often than the original code.
+
+T1 and continuation trace code the original may never run (the untaken arm, the rest
+of the function under the other outcome).  Where that code pins a symbolic size to one
+value (``x.split(2)`` of ``s0`` rows guards ``(s0 + 1) // 2 == 3``), every new size
+would compile the frame again, until TorchDynamo's recompile limit sends the whole
+frame to eager; plain compile, breaking at the ``if``, never traces that arm.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounter
+
+from graphmend.runtime import fallbacks
+from helpers.modules import import_plain, import_rewritten
+
+SOURCE = """
+import torch
+
+
+def split_in_untaken_arm(x):
+    if x.sum() > 0:
+        y = torch.cat(x.split(2), 0) * 2
+    else:
+        y = x - 1
+    return y + 1
+
+
+def split_after_mask_or_none(x):
+    if x.sum() > 0:
+        mask = None
+    else:
+        mask = x > 0
+    y = x * 2
+    if mask is None:
+        y = torch.cat(y.split(2), 0)
+    return y + 1
+
+
+def merged_with_symbolic_sizes(x):
+    if x.sum() > 0:
+        y = x * x.shape[0]
+    else:
+        y = x - 1
+    return y + 1
+"""
+
+#: Row counts past TorchDynamo's recompile limit (8); the sum is negative.
+ROWS = range(2, 14)
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory):
+    directory: Path = tmp_path_factory.mktemp("dynamic")
+    return (
+        import_plain(directory, "dynamic_plain", SOURCE),
+        import_rewritten(directory, "dynamic_mended", SOURCE),
+    )
+
+
+def _graphs(function, dynamic: bool | None) -> tuple[int, list[torch.Tensor]]:
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(function, backend=counter, dynamic=dynamic)
+    with torch.no_grad():
+        results = [compiled(-torch.ones(rows, 4)) for rows in ROWS]
+    return counter.frame_count, results
+
+
+#: Under ``dynamic=True`` every size is symbolic from the first call, a weight's among
+#: them, and an arm calling ``nn.Linear`` pins the hidden size as the original does;
+#: GraphMend cannot tell a size that will change, and keeps merging there.
+ALL_DYNAMIC = pytest.param(
+    True,
+    marks=pytest.mark.xfail(
+        strict=True, reason="dynamic=True: a pinned size is not told from a fixed one"
+    ),
+)
+
+
+@pytest.mark.parametrize("dynamic", [None, ALL_DYNAMIC])
+@pytest.mark.parametrize("name", ["split_in_untaken_arm", "split_after_mask_or_none"])
+def test_code_that_pins_a_size_keeps_the_break(modules, name: str, dynamic) -> None:
+    plain_module, mended_module = modules
+    plain, plain_results = _graphs(getattr(plain_module, name), dynamic)
+    fallbacks.clear()
+    mended, mended_results = _graphs(getattr(mended_module, name), dynamic)
+    assert mended <= plain, (plain, mended)
+    for got, want in zip(mended_results, plain_results, strict=True):
+        assert torch.equal(got, want)
+    assert any("one size" in record.reason for record in fallbacks.records())
+
+
+def test_symbolic_sizes_that_stay_symbolic_still_merge(modules) -> None:
+    """An arm that computes with a size without pinning it merges: one graph, no break."""
+    _, mended_module = modules
+    mended, results = _graphs(mended_module.merged_with_symbolic_sizes, True)
+    assert mended == 1
+    for rows, result in zip(ROWS, results, strict=True):
+        assert torch.equal(result, -torch.ones(rows, 4) - 1 + 1)
