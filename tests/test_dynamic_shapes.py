@@ -42,6 +42,11 @@ def split_after_mask_or_none(x):
     return y + 1
 
 
+def print_a_float(x, t):
+    print(f"t={t}")
+    return x * 2
+
+
 def merged_with_symbolic_sizes(x):
     if x.sum() > 0:
         y = x * x.shape[0]
@@ -103,3 +108,16 @@ def test_symbolic_sizes_that_stay_symbolic_still_merge(modules) -> None:
     assert mended == 1
     for rows, result in zip(ROWS, results, strict=True):
         assert torch.equal(result, -torch.ones(rows, 4) - 1 + 1)
+
+
+def test_formatting_a_symbolic_float_after_the_graph_makes_no_graph(modules, capsys) -> None:
+    """Under ``dynamic=True`` a float argument is symbolic: the deferred print formats it
+    after the graph, and GraphMend's formatting helpers are not compiled on their own."""
+    _, mended_module = modules
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(mended_module.print_a_float, backend=counter, dynamic=True)
+    for rows in (2, 3):  # one value of t: torch 2.5 compiles again for a new float
+        assert torch.equal(compiled(torch.ones(rows, 4), 3.5), torch.full((rows, 4), 2.0))
+    assert capsys.readouterr().out == "t=3.5\nt=3.5\n"
+    assert counter.frame_count == 1
