@@ -121,3 +121,14 @@ def test_formatting_a_symbolic_float_after_the_graph_makes_no_graph(modules, cap
         assert torch.equal(compiled(torch.ones(rows, 4), 3.5), torch.full((rows, 4), 2.0))
     assert capsys.readouterr().out == "t=3.5\nt=3.5\n"
     assert counter.frame_count == 1
+
+
+def test_a_tensor_method_taken_for_a_submodule_declines_without_failing(modules) -> None:
+    """``x.split`` may be a submodule's call as far as the source shows; at trace time it
+    is not a module, and the site declines (TorchDynamo 2.5 failed the whole compile
+    formatting the reason with the method's type name)."""
+    plain_module, mended_module = modules
+    x = -torch.ones(3, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended_module.split_in_untaken_arm, backend="eager")
+    assert torch.equal(compiled(x), plain_module.split_in_untaken_arm(x))
