@@ -67,9 +67,17 @@ def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, loggi
     return module.M(), module.logger
 
 
-def run(program: Program, *, mended: bool, compiled: bool, fullgraph: bool = False) -> Run:
-    """Call the program's module with each of the program's calls, in order; compiled, a
-    failure to compile is the call's exception."""
+def run(
+    program: Program,
+    *,
+    mended: bool,
+    compiled: bool,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+) -> Run:
+    """Call the program's module with each of the program's calls, in order; compiled
+    (``dynamic`` as ``torch.compile`` takes it), a failure to compile is the call's
+    exception."""
     name = f"gm_property_{next(_names)}"
     try:
         module, logger = load(program, name, mended=mended)
@@ -80,7 +88,7 @@ def run(program: Program, *, mended: bool, compiled: bool, fullgraph: bool = Fal
         torch._dynamo.reset()
         counters.clear()
         counter = CompileCounter()
-        function = torch.compile(module, backend=counter, fullgraph=fullgraph)
+        function = torch.compile(module, backend=counter, fullgraph=fullgraph, dynamic=dynamic)
         observed = [_call(module, function, logger, call, program.grad) for call in program.calls]
         return Run(observed, counter.frame_count, _breaks())
     finally:
@@ -91,8 +99,11 @@ def _breaks() -> int:
     """The places the compiles since ``counters.clear()`` broke the graph: each break
     makes a resume function named by its line (TorchDynamo 2.13 counts a break at a
     data-dependent branch in no ``graph_break`` counter, and makes a resume function
-    again when it restarts an analysis, so the places are counted, not the resumes)."""
-    return len(counters["resumes"])
+    again when it restarts an analysis, so the places are counted, not the resumes),
+    and each compile that failed ran its frame eagerly (a break TorchDynamo could not
+    resume after: ``f"{t}"`` of a float made symbolic)."""
+    frames = counters["frames"]
+    return len(counters["resumes"]) + frames["total"] - frames["ok"]
 
 
 def _call(
