@@ -101,6 +101,25 @@ def test_code_that_pins_a_size_keeps_the_break(modules, name: str, dynamic) -> N
     assert any("one size" in record.reason for record in fallbacks.records())
 
 
+def test_a_size_marked_dynamic_is_not_pinned(modules) -> None:
+    """``torch._dynamo.mark_dynamic`` makes the size symbolic from the first call: the
+    attempt that pins it keeps the break, and each new size reuses the graphs."""
+    plain_module, _ = modules
+    counts = []
+    for module in modules:
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.split_in_untaken_arm, backend=counter)
+        for rows in (4, 5, 6, 7):
+            x = -torch.ones(rows, 4)
+            torch._dynamo.mark_dynamic(x, 0)
+            with torch.no_grad():
+                assert torch.equal(compiled(x), plain_module.split_in_untaken_arm(x))
+        counts.append(counter.frame_count)
+    plain, mended = counts
+    assert mended <= plain, counts
+
+
 def test_symbolic_sizes_that_stay_symbolic_still_merge(modules) -> None:
     """An arm that computes with a size without pinning it merges: one graph, no break."""
     _, mended_module = modules
