@@ -106,7 +106,10 @@ def tensor_free(*values: Any) -> bool:
 def _carriable(value: Any) -> bool:
     if isinstance(value, torch.nn.Parameter):
         return type(value) is torch.nn.Parameter  # a subclass cannot be rebuilt
-    if isinstance(value, torch.Tensor) or type(value) in _CONSTANT_TYPES:
+    if isinstance(value, torch.Tensor):
+        # a copy of a tensor that requires grad prints its own grad_fn (CloneBackward0)
+        return not value.requires_grad
+    if type(value) in _CONSTANT_TYPES:
         return True
     if type(value) in _SEQUENCES:
         return all(_carriable(item) for item in value)
