@@ -101,6 +101,18 @@ def test_code_that_pins_a_size_keeps_the_break(modules, name: str, dynamic) -> N
     assert any("one size" in record.reason for record in fallbacks.records())
 
 
+def test_under_fullgraph_a_pinned_size_keeps_the_merge(modules) -> None:
+    """With ``fullgraph=True`` the kept break would fail the call: the frame is compiled
+    for each size instead, as before the check."""
+    plain_module, mended_module = modules
+    torch._dynamo.reset()
+    compiled = torch.compile(mended_module.split_in_untaken_arm, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        for rows in (4, 5, 6):
+            x = -torch.ones(rows, 4)
+            assert torch.equal(compiled(x), plain_module.split_in_untaken_arm(x))
+
+
 def test_a_size_marked_dynamic_is_not_pinned(modules) -> None:
     """``torch._dynamo.mark_dynamic`` makes the size symbolic from the first call: the
     attempt that pins it keeps the break, and each new size reuses the graphs."""

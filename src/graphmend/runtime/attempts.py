@@ -99,6 +99,8 @@ class Site:
         self.log = tracer.speculation_log
         self.entry = tracer.speculate()
         self.position = self.log.index  # the entries after the site's own
+        # fullgraph=True (or error_on_graph_break): a break would fail the compile
+        self.one_graph = bool(tracer.one_graph or getattr(tracer, "error_on_graph_break", False))
 
     def pinned(self) -> str | None:
         """Why the site's attempt restarted the analysis (:meth:`keep_sizes_dynamic`)."""
@@ -110,9 +112,10 @@ class Site:
 
         The entries the attempt's tracing added to the log are dropped: the next
         analysis does not trace it, and TorchDynamo checks that each restart follows
-        the log."""
+        the log.  Not where the frame must be one graph: there a break fails the call,
+        and recompiling for each size is the lesser cost."""
         guard = attempt.pinned_size()
-        if guard is None:
+        if guard is None or self.one_graph:
             return
         from torch._dynamo import exc
 
