@@ -278,6 +278,29 @@ def test_counterexample(program: Program) -> None:
     check(program)
 
 
+#: Minimal failing programs for :func:`check` with ``dynamic=True``.
+DYNAMIC_COUNTEREXAMPLES = {
+    # printed grad_fn=<CloneBackward0> where eager prints SumBackward0
+    "print-of-a-tensor-that-requires-grad": Program(
+        'x = self.lin(x)\nprint("sum", x.sum())\nreturn x + 1\n', STATIC
+    ),
+    # plain gives up the frame at f"{t}" (t symbolic) and runs it eagerly: GraphMend's
+    # graphs after the print, up to and after the kept break of the nested if, are no
+    # more fragmentation than that
+    "code-after-a-frame-plain-gives-up": Program(
+        'if x.sum() > 0.5:\n    x.add_(1)\nelse:\n    print(f"t={t}")\n'
+        "    if x.norm() > 1.0:\n        x.add_(1)\nreturn x\n",
+        (Call(((-1.0, -3.0, 2.0, 2.0),), 1.5),),
+        grad=False,
+    ),
+}
+
+
+@pytest.mark.parametrize("program", DYNAMIC_COUNTEREXAMPLES.values(), ids=DYNAMIC_COUNTEREXAMPLES)
+def test_dynamic_counterexample(program: Program) -> None:
+    check(program, dynamic=True)
+
+
 @pytest.mark.parametrize(
     "program", FULLGRAPH_COUNTEREXAMPLES.values(), ids=FULLGRAPH_COUNTEREXAMPLES
 )
