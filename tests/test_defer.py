@@ -165,6 +165,26 @@ def test_value_dynamo_cannot_carry_keeps_the_break_and_the_output(load_rewritten
     assert capsys.readouterr().out == eager
 
 
+def test_a_tensor_that_requires_grad_prints_as_itself(load_rewritten, capsys):
+    """A copy of it would print its own ``grad_fn`` (``CloneBackward0`` where eager shows
+    ``SumBackward0``, or where a leaf shows ``requires_grad=True``): the call keeps its
+    break, and prints the tensor itself."""
+    module = load_rewritten(
+        """
+        import torch
+        def f(x, w):
+            print("sum", (x * w).sum(), w)
+            return x + 1
+        """
+    )
+    x, w = torch.ones(2), torch.full((2,), 0.5, requires_grad=True)
+    module.f(x, w)
+    eager = capsys.readouterr().out
+    assert "grad_fn=<SumBackward0>" in eager and "requires_grad=True" in eager
+    compile_and_run(module.f, x, w)
+    assert capsys.readouterr().out == eager
+
+
 TRACE_TIME_VALUES = """
 import logging
 import torch

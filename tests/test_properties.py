@@ -20,6 +20,9 @@ A second property: programs made only of what GraphMend claims to fix (tensor
 branches with mergeable or submodule-calling arms, output calls, guards) compile with
 ``fullgraph=True`` through GraphMend and behave as the plain eager program.
 
+The mixed family runs again compiled with ``dynamic=True`` (every size and ``t``
+symbolic from the first call).
+
 Scale: ``GRAPHMEND_PROPERTY_EXAMPLES=500`` runs that many programs per test case
 (default 15); ``GRAPHMEND_PROPERTY_SHRINK=1`` shrinks a failing program to a minimal
 one (minutes, a compile per step; off by default, so a failing run stays quick).
@@ -65,17 +68,18 @@ FAMILIES = {
 }
 
 
-def check(program: Program) -> None:
+def check(program: Program, dynamic: bool | None = None) -> None:
     """Fail with the program, its calls and every difference GraphMend makes.
 
-    GraphMend's eager run must match the plain eager run; its compiled run, in each
-    call and field, the plain eager or the plain compiled one (plain compile itself
-    differs from eager in places: a failing tensor ``assert`` raises ``RuntimeError``).
+    GraphMend's eager run must match the plain eager run; its compiled run (compiled
+    with ``dynamic``), in each call and field, the plain eager or the plain compiled
+    one (plain compile itself differs from eager in places: a failing tensor
+    ``assert`` raises ``RuntimeError``).
     """
     plain = run(program, mended=False, compiled=False)
-    plain_compiled = run(program, mended=False, compiled=True)
+    plain_compiled = run(program, mended=False, compiled=True, dynamic=dynamic)
     mended = run(program, mended=True, compiled=False)
-    mended_compiled = run(program, mended=True, compiled=True)
+    mended_compiled = run(program, mended=True, compiled=True, dynamic=dynamic)
     problems = [f"eager: {difference}" for difference in differences({"plain": plain}, mended)]
     problems += [
         f"compiled: {difference}"
@@ -85,7 +89,8 @@ def check(program: Program) -> None:
     ]
     steady = program.steady()
     fragmented = more_graphs(
-        run(steady, mended=False, compiled=True), run(steady, mended=True, compiled=True)
+        run(steady, mended=False, compiled=True, dynamic=dynamic),
+        run(steady, mended=True, compiled=True, dynamic=dynamic),
     )
     if fragmented is not None:
         problems.append(f"with steady calls ({steady.calls[0].t=}): {fragmented}")
@@ -101,6 +106,14 @@ def check(program: Program) -> None:
 @given(data=st.data())
 def test_graphmend_changes_nothing_observable(family: str, data: st.DataObject) -> None:
     check(data.draw(FAMILIES[family], label="program"))
+
+
+@PROPERTY
+@given(program=FAMILIES["mixed"])
+def test_graphmend_changes_nothing_observable_with_dynamic_shapes(program: Program) -> None:
+    """The same with every size symbolic from the first call (``dynamic=True``: ``t`` is
+    a symbolic float too)."""
+    check(program, dynamic=True)
 
 
 #: What GraphMend claims to fix: branches whose arms assign mergeable values or call a
@@ -263,6 +276,29 @@ FULLGRAPH_COUNTEREXAMPLES = {
 @pytest.mark.parametrize("program", COUNTEREXAMPLES.values(), ids=COUNTEREXAMPLES)
 def test_counterexample(program: Program) -> None:
     check(program)
+
+
+#: Minimal failing programs for :func:`check` with ``dynamic=True``.
+DYNAMIC_COUNTEREXAMPLES = {
+    # printed grad_fn=<CloneBackward0> where eager prints SumBackward0
+    "print-of-a-tensor-that-requires-grad": Program(
+        'x = self.lin(x)\nprint("sum", x.sum())\nreturn x + 1\n', STATIC
+    ),
+    # plain gives up the frame at f"{t}" (t symbolic) and runs it eagerly: GraphMend's
+    # graphs after the print, up to and after the kept break of the nested if, are no
+    # more fragmentation than that
+    "code-after-a-frame-plain-gives-up": Program(
+        'if x.sum() > 0.5:\n    x.add_(1)\nelse:\n    print(f"t={t}")\n'
+        "    if x.norm() > 1.0:\n        x.add_(1)\nreturn x\n",
+        (Call(((-1.0, -3.0, 2.0, 2.0),), 1.5),),
+        grad=False,
+    ),
+}
+
+
+@pytest.mark.parametrize("program", DYNAMIC_COUNTEREXAMPLES.values(), ids=DYNAMIC_COUNTEREXAMPLES)
+def test_dynamic_counterexample(program: Program) -> None:
+    check(program, dynamic=True)
 
 
 @pytest.mark.parametrize(

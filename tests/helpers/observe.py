@@ -49,6 +49,7 @@ class Run:
     calls: list[Observed]
     graphs: int | None = None
     breaks: int | None = None
+    abandoned: int | None = None  # compiles TorchDynamo gave up: the frame ran eagerly
 
 
 def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, logging.Logger]:
@@ -67,9 +68,17 @@ def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, loggi
     return module.M(), module.logger
 
 
-def run(program: Program, *, mended: bool, compiled: bool, fullgraph: bool = False) -> Run:
-    """Call the program's module with each of the program's calls, in order; compiled, a
-    failure to compile is the call's exception."""
+def run(
+    program: Program,
+    *,
+    mended: bool,
+    compiled: bool,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+) -> Run:
+    """Call the program's module with each of the program's calls, in order; compiled
+    (``dynamic`` as ``torch.compile`` takes it), a failure to compile is the call's
+    exception."""
     name = f"gm_property_{next(_names)}"
     try:
         module, logger = load(program, name, mended=mended)
@@ -80,9 +89,10 @@ def run(program: Program, *, mended: bool, compiled: bool, fullgraph: bool = Fal
         torch._dynamo.reset()
         counters.clear()
         counter = CompileCounter()
-        function = torch.compile(module, backend=counter, fullgraph=fullgraph)
+        function = torch.compile(module, backend=counter, fullgraph=fullgraph, dynamic=dynamic)
         observed = [_call(module, function, logger, call, program.grad) for call in program.calls]
-        return Run(observed, counter.frame_count, _breaks())
+        frames = counters["frames"]
+        return Run(observed, counter.frame_count, _breaks(), frames["total"] - frames["ok"])
     finally:
         del sys.modules[name]
 
@@ -91,8 +101,11 @@ def _breaks() -> int:
     """The places the compiles since ``counters.clear()`` broke the graph: each break
     makes a resume function named by its line (TorchDynamo 2.13 counts a break at a
     data-dependent branch in no ``graph_break`` counter, and makes a resume function
-    again when it restarts an analysis, so the places are counted, not the resumes)."""
-    return len(counters["resumes"])
+    again when it restarts an analysis, so the places are counted, not the resumes),
+    and each compile TorchDynamo gave up (its frame ran eagerly: ``f"{t}"`` of a float
+    made symbolic, a break it could not resume after)."""
+    frames = counters["frames"]
+    return len(counters["resumes"]) + frames["total"] - frames["ok"]
 
 
 def _call(
@@ -210,10 +223,15 @@ def more_graphs(plain: Run, mended: Run) -> str | None:
     Never more graph breaks; never more graphs, except one per break GraphMend
     removed: plain compile makes no graph of a stretch of code without tensor
     operations between two breaks (``print(t)``), while the same stretch without its
-    break is compiled into one.
+    break is compiled into one.  Not compared where plain compile gave up a frame.
     """
     assert plain.graphs is not None and mended.graphs is not None
     assert plain.breaks is not None and mended.breaks is not None
+    if plain.abandoned:
+        # plain ran that frame eagerly to its end: the code after the failure made
+        # neither graphs nor breaks there, and GraphMend may compile it (under
+        # dynamic=True, where f"{t}" of the symbolic float t fails plain's frame)
+        return None
     allowed = plain.graphs + max(0, plain.breaks - mended.breaks)
     if mended.breaks > plain.breaks or mended.graphs > allowed:
         return (

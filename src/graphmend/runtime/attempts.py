@@ -11,6 +11,16 @@ for the end of the graph, the calls deferred after it) and :meth:`Attempt.undo`
 puts it back, so that the original code then runs as if nothing had been tried.
 The tracer's internals are not public API: they have this shape on the torch
 releases GraphMend is tested with (2.5 and 2.13).
+
+What an attempt cannot take back are the guards it made TorchDynamo install on
+symbolic sizes (by default a size is symbolic once it has changed between calls).
+Most split the sizes in two (``s0 >= 3``: one more compile at most), but one that
+holds for one size only (``x.split(2)`` of ``s0`` rows guards ``(s0 + 1) // 2 ==
+3``) compiles the frame again for every new size, until the recompile limit sends
+it to eager, where the original ``if`` never traced that code.  Such an attempt
+restarts the frame's analysis (:meth:`Site.keep_sizes_dynamic`) and the site keeps
+its break: the decision is kept, for this compile only, in the speculation log
+TorchDynamo keeps across restarts for its own.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 
 from graphmend.runtime.fallbacks import record_at
@@ -35,6 +46,8 @@ class Attempt:
         self.nodes = set(self.graph.nodes)
         self.side_effects = tracer.output.side_effects.clone()
         self.deferred = len(tracer.debug_locals)
+        self.shape_env = tracer.output.shape_env
+        self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
 
     def added(self, target: Any = None) -> list[Any]:
         """The nodes the attempt added, in graph order (those calling ``target``)."""
@@ -54,6 +67,62 @@ class Attempt:
                 self.tracer.output.remove_node(node)
         self.tracer.output.side_effects = self.side_effects
         del self.tracer.debug_locals[self.deferred :]
+
+    def pinned_size(self) -> str | None:
+        """A guard the attempt installed that holds for one value of a size TorchDynamo
+        made symbolic because it changed (``Eq(<size expression>, <number>)``), or
+        ``None``.  Under ``dynamic=True`` every size is symbolic, those of weights
+        included, and a branch that calls ``nn.Linear`` pins the hidden size; which
+        sizes will change cannot be told, and the attempt is kept (see DESIGN.md §10)."""
+        if self.shape_env is None or not torch._dynamo.config.assume_static_by_default:
+            return None
+        for guard in self.shape_env.guards[self.guards :]:
+            expr = guard.expr
+            if (
+                isinstance(expr, sympy.Eq)
+                and any(side.is_number for side in expr.args)
+                and expr.free_symbols
+            ):
+                return str(expr)
+        return None
+
+
+#: The attribute of a speculation log entry that marks a site to keep its break.
+_PINNED = "graphmend_pinned_size"
+
+
+class Site:
+    """The current site's entry in TorchDynamo's speculation log: the same object after
+    each restart of the frame's analysis, a new one for the next compile."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.log = tracer.speculation_log
+        self.entry = tracer.speculate()
+        self.position = self.log.index  # the entries after the site's own
+        # fullgraph=True (or error_on_graph_break): a break would fail the compile
+        self.one_graph = bool(tracer.one_graph or getattr(tracer, "error_on_graph_break", False))
+
+    def pinned(self) -> str | None:
+        """Why the site's attempt restarted the analysis (:meth:`keep_sizes_dynamic`)."""
+        return getattr(self.entry, _PINNED, None)
+
+    def keep_sizes_dynamic(self, attempt: Attempt) -> None:
+        """Restart the frame's analysis, the site marked to keep its break, if the
+        attempt pinned a symbolic size to one value (a guard that cannot be taken back).
+
+        The entries the attempt's tracing added to the log are dropped: the next
+        analysis does not trace it, and TorchDynamo checks that each restart follows
+        the log.  Not where the frame must be one graph: there a break fails the call,
+        and recompiling for each size is the lesser cost."""
+        guard = attempt.pinned_size()
+        if guard is None or self.one_graph:
+            return
+        from torch._dynamo import exc
+
+        reason = f"tracing it pins a dynamic size to one size ({guard})"
+        setattr(self.entry, _PINNED, reason)
+        del self.log.entries[self.position :]
+        raise exc.SpeculationRestartAnalysis(restart_reason=f"GraphMend: {reason}")
 
 
 def tracer_control() -> tuple[type[BaseException], ...]:
@@ -90,17 +159,24 @@ def _call(context: Any) -> None:
         function = _variable(context, "function")
         arguments = _variable(context, "arguments").items
         attempt = Attempt(tracer)
+        site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, rewrite, f"this torch release is not supported ({error})")
+        return
+    pinned = site.pinned()
+    if pinned is not None:
+        record_at(context, rewrite, f"a branch cannot be traced: {pinned}")
         return
     try:
         result = tracer.inline_user_function_return(function, list(arguments), {})
     except tracer_control():
         raise
     except Exception as error:
+        site.keep_sizes_dynamic(attempt)
         attempt.undo()
         record_at(context, rewrite, f"a branch cannot be traced: {first_line(error)}")
         return
+    site.keep_sizes_dynamic(attempt)
     tracer.symbolic_locals["result"] = result
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from graphmend.runtime import cond_layout
-from graphmend.runtime.attempts import Attempt, first_line, tracer_control
+from graphmend.runtime.attempts import Attempt, Site, first_line, tracer_control
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined, record_at
 
@@ -114,18 +114,25 @@ def _capture(context: Any) -> None:
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
         attempt = Attempt(tracer)
+        site = Site(tracer)
         versions = cond_layout.tensor_versions(attempt.graph)  # before the branches run
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
+        return
+    pinned = site.pinned()
+    if pinned is not None:
+        record_at(context, "continuation", f"torch.cond cannot capture it: {pinned}")
         return
     try:
         result = handler.call_function(tracer, arguments, {})
     except tracer_control():
         raise
     except Exception as error:  # anything else: cond cannot capture the branches
+        site.keep_sizes_dynamic(attempt)
         attempt.undo()
         record_at(context, "continuation", f"torch.cond cannot capture it: {first_line(error)}")
         return
+    site.keep_sizes_dynamic(attempt)
     if attempt.deferred_calls():
         # Both branches were traced: the calls both deferred would run after the graph.
         attempt.undo()

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import torch
 
 from graphmend.post_import import when_imported
-from graphmend.runtime import dynamo_support
+from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.formatting import assume_constant_result, format_now
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -106,7 +106,10 @@ def tensor_free(*values: Any) -> bool:
 def _carriable(value: Any) -> bool:
     if isinstance(value, torch.nn.Parameter):
         return type(value) is torch.nn.Parameter  # a subclass cannot be rebuilt
-    if isinstance(value, torch.Tensor) or type(value) in _CONSTANT_TYPES:
+    if isinstance(value, torch.Tensor):
+        # a copy of a tensor that requires grad prints its own grad_fn (CloneBackward0)
+        return not value.requires_grad
+    if type(value) in _CONSTANT_TYPES:
         return True
     if type(value) in _SEQUENCES:
         return all(_carriable(item) for item in value)
@@ -276,7 +279,10 @@ def _enable(_dynamo: object = None) -> None:
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
     _enabled = True
-    for helper in (rebuild, _rebuild_one, render):  # what the generated functions call
+    # what the generated functions call, and what render calls (under dynamic=True a
+    # float TorchDynamo made symbolic made a graph of _holds_numbers' own frame)
+    called = (format_now, formatting._holds_numbers, formatting.convert)
+    for helper in (rebuild, _rebuild_one, render, *called):
         _never_compiled(helper)
     for function in _deferred_functions:
         _register_with_dynamo(function)

@@ -77,7 +77,8 @@ def why_impure(module: Any) -> str | None:
     anything), and no hook, the module's own or a global one, may be set.
     """
     if not isinstance(module, nn.Module):
-        return f"it is a {type(module).__name__}, not a torch.nn.Module"
+        # no type name: TorchDynamo 2.5 cannot read a method's type's name while tracing
+        return "it is not a torch.nn.Module"
     if _global_hooks():
         return "a global module hook is set"
     if module._forward_hooks or module._forward_pre_hooks:

@@ -1,0 +1,165 @@
+"""Dynamic shapes: rewritten sites compiled with symbolic sizes (``dynamic=True``,
+automatic dynamic shapes) recompile no more often than the original code.
+
+T1 and continuation trace code the original may never run (the untaken arm, the rest
+of the function under the other outcome).  Where that code pins a symbolic size to one
+value (``x.split(2)`` of ``s0`` rows guards ``(s0 + 1) // 2 == 3``), every new size
+would compile the frame again, until TorchDynamo's recompile limit sends the whole
+frame to eager; plain compile, breaking at the ``if``, never traces that arm.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounter
+
+from graphmend.runtime import fallbacks
+from helpers.modules import import_plain, import_rewritten
+
+SOURCE = """
+import torch
+
+
+def split_in_untaken_arm(x):
+    if x.sum() > 0:
+        y = torch.cat(x.split(2), 0) * 2
+    else:
+        y = x - 1
+    return y + 1
+
+
+def split_after_mask_or_none(x):
+    if x.sum() > 0:
+        mask = None
+    else:
+        mask = x > 0
+    y = x * 2
+    if mask is None:
+        y = torch.cat(y.split(2), 0)
+    return y + 1
+
+
+def print_a_float(x, t):
+    print(f"t={t}")
+    return x * 2
+
+
+def merged_with_symbolic_sizes(x):
+    if x.sum() > 0:
+        y = x * x.shape[0]
+    else:
+        y = x - 1
+    return y + 1
+"""
+
+#: Row counts past TorchDynamo's recompile limit (8); the sum is negative.
+ROWS = range(2, 14)
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory):
+    directory: Path = tmp_path_factory.mktemp("dynamic")
+    return (
+        import_plain(directory, "dynamic_plain", SOURCE),
+        import_rewritten(directory, "dynamic_mended", SOURCE),
+    )
+
+
+def _graphs(function, dynamic: bool | None) -> tuple[int, list[torch.Tensor]]:
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(function, backend=counter, dynamic=dynamic)
+    with torch.no_grad():
+        results = [compiled(-torch.ones(rows, 4)) for rows in ROWS]
+    return counter.frame_count, results
+
+
+#: Under ``dynamic=True`` every size is symbolic from the first call, a weight's among
+#: them, and an arm calling ``nn.Linear`` pins the hidden size as the original does;
+#: GraphMend cannot tell a size that will change, and keeps merging there.
+ALL_DYNAMIC = pytest.param(
+    True,
+    marks=pytest.mark.xfail(
+        strict=True, reason="dynamic=True: a pinned size is not told from a fixed one"
+    ),
+)
+
+
+@pytest.mark.parametrize("dynamic", [None, ALL_DYNAMIC])
+@pytest.mark.parametrize("name", ["split_in_untaken_arm", "split_after_mask_or_none"])
+def test_code_that_pins_a_size_keeps_the_break(modules, name: str, dynamic) -> None:
+    plain_module, mended_module = modules
+    plain, plain_results = _graphs(getattr(plain_module, name), dynamic)
+    fallbacks.clear()
+    mended, mended_results = _graphs(getattr(mended_module, name), dynamic)
+    assert mended <= plain, (plain, mended)
+    for got, want in zip(mended_results, plain_results, strict=True):
+        assert torch.equal(got, want)
+    assert any("one size" in record.reason for record in fallbacks.records())
+
+
+def test_under_fullgraph_a_pinned_size_keeps_the_merge(modules) -> None:
+    """With ``fullgraph=True`` the kept break would fail the call: the frame is compiled
+    for each size instead, as before the check."""
+    plain_module, mended_module = modules
+    torch._dynamo.reset()
+    compiled = torch.compile(mended_module.split_in_untaken_arm, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        for rows in (4, 5, 6):
+            x = -torch.ones(rows, 4)
+            assert torch.equal(compiled(x), plain_module.split_in_untaken_arm(x))
+
+
+def test_a_size_marked_dynamic_is_not_pinned(modules) -> None:
+    """``torch._dynamo.mark_dynamic`` makes the size symbolic from the first call: the
+    attempt that pins it keeps the break, and each new size reuses the graphs."""
+    plain_module, _ = modules
+    counts = []
+    for module in modules:
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.split_in_untaken_arm, backend=counter)
+        for rows in (4, 5, 6, 7):
+            x = -torch.ones(rows, 4)
+            torch._dynamo.mark_dynamic(x, 0)
+            with torch.no_grad():
+                assert torch.equal(compiled(x), plain_module.split_in_untaken_arm(x))
+        counts.append(counter.frame_count)
+    plain, mended = counts
+    assert mended <= plain, counts
+
+
+def test_symbolic_sizes_that_stay_symbolic_still_merge(modules) -> None:
+    """An arm that computes with a size without pinning it merges: one graph, no break."""
+    _, mended_module = modules
+    mended, results = _graphs(mended_module.merged_with_symbolic_sizes, True)
+    assert mended == 1
+    for rows, result in zip(ROWS, results, strict=True):
+        assert torch.equal(result, -torch.ones(rows, 4) - 1 + 1)
+
+
+def test_formatting_a_symbolic_float_after_the_graph_makes_no_graph(modules, capsys) -> None:
+    """Under ``dynamic=True`` a float argument is symbolic: the deferred print formats it
+    after the graph, and GraphMend's formatting helpers are not compiled on their own."""
+    _, mended_module = modules
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(mended_module.print_a_float, backend=counter, dynamic=True)
+    for rows in (2, 3):  # one value of t: torch 2.5 compiles again for a new float
+        assert torch.equal(compiled(torch.ones(rows, 4), 3.5), torch.full((rows, 4), 2.0))
+    assert capsys.readouterr().out == "t=3.5\nt=3.5\n"
+    assert counter.frame_count == 1
+
+
+def test_a_tensor_method_taken_for_a_submodule_declines_without_failing(modules) -> None:
+    """``x.split`` may be a submodule's call as far as the source shows; at trace time it
+    is not a module, and the site declines (TorchDynamo 2.5 failed the whole compile
+    formatting the reason with the method's type name)."""
+    plain_module, mended_module = modules
+    x = -torch.ones(3, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended_module.split_in_untaken_arm, backend="eager")
+    assert torch.equal(compiled(x), plain_module.split_in_untaken_arm(x))
