@@ -1,0 +1,50 @@
+"""How users run rewritten model code beyond one compiled forward: ``torch.export``,
+other tracers, training steps, autocast.  Each case runs the same source plainly and
+through the hook; the rewritten module must do what the plain one does (or better,
+never worse: no error, output or value the plain one does not have)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+
+OUTPUT_OF_SIZES = """
+import logging
+import warnings
+import torch
+
+logger = logging.getLogger("gm.test.workflows")
+
+class Reporting(torch.nn.Module):
+    def forward(self, x):
+        print("rows", x.shape[0], x.shape, 0.5 * x.shape[1])
+        print(f"n={x.shape[0]:>4} {x.shape}")
+        logger.warning("rows %s of %s", x.shape[0], x.shape)
+        warnings.warn(f"rows {x.shape[0]}")
+        return x + 1
+"""
+
+
+def _export_observed(module, strict: bool, capsys, caplog) -> tuple:
+    x = torch.ones(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = torch.export.export(module.Reporting(), (x,), strict=strict)
+    records = [r.getMessage() for r in caplog.records if r.name == "gm.test.workflows"]
+    caplog.clear()
+    warned = [str(w.message) for w in caught if str(w.message).startswith("rows")]
+    return program.module()(x).tolist(), capsys.readouterr().out, records, warned
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_makes_the_output_calls_the_plain_module_makes(load_both, capsys, caplog, strict):
+    # Non-strict export runs the code in Python with torch.compiler.is_compiling()
+    # true: a size printed there was carried as a tensor and read back with int(),
+    # a data-dependent read that failed the export the plain module passes.
+    plain, rewritten = load_both(OUTPUT_OF_SIZES)
+    caplog.set_level(logging.WARNING, logger="gm.test.workflows")
+    expected = _export_observed(plain, strict, capsys, caplog)
+    assert _export_observed(rewritten, strict, capsys, caplog) == expected
