@@ -48,3 +48,49 @@ def test_export_makes_the_output_calls_the_plain_module_makes(load_both, capsys,
     caplog.set_level(logging.WARNING, logger="gm.test.workflows")
     expected = _export_observed(plain, strict, capsys, caplog)
     assert _export_observed(rewritten, strict, capsys, caplog) == expected
+
+
+RANDOM_IN_A_BRANCH = """
+import torch
+import torch.nn.functional as F
+
+class Randomized(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = torch.nn.RReLU()
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = self.act(x)
+        else:
+            y = self.act(x * 2)
+        return y + 1
+
+class Attention(torch.nn.Module):
+    def forward(self, q):
+        if q.sum() > 0:
+            y = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+        else:
+            y = q * 2
+        return y + 1
+"""
+
+
+def _random_draws(model, x: torch.Tensor) -> tuple[list, float]:
+    torch.manual_seed(1)
+    with torch.no_grad():
+        results = [model(x).tolist(), model(-x).tolist()]
+    return results, torch.rand(()).item()
+
+
+@pytest.mark.parametrize("name", ["Randomized", "Attention"])
+def test_an_untaken_branch_draws_no_random_numbers(load_both, name):
+    # T1 traces both branches to plan the merge; under a backend that runs the graph
+    # as traced (eager, or a user's own), what the untaken one drew shifted every
+    # later random number (RReLU in training, attention with dropout).
+    plain, rewritten = load_both(RANDOM_IN_A_BRANCH)
+    x = torch.rand(2, 3, 4) + 0.5
+    expected = _random_draws(getattr(plain, name)().train(), x)
+    torch._dynamo.reset()
+    model = torch.compile(getattr(rewritten, name)().train(), backend="eager")
+    assert _random_draws(model, x) == expected
