@@ -94,3 +94,72 @@ def test_an_untaken_branch_draws_no_random_numbers(load_both, name):
     torch._dynamo.reset()
     model = torch.compile(getattr(rewritten, name)().train(), backend="eager")
     assert _random_draws(model, x) == expected
+
+
+OUTPUT_IN_AN_OPERATOR_BODY = """
+import torch
+
+def positive(x):
+    print("positive branch", x.shape[0])
+    return x * 2
+
+def negative(x):
+    print("negative branch")
+    return x - 1
+
+def chosen(x):
+    return torch.cond(x.sum() > 0, positive, negative, (x,))
+
+class Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        print("layer", x.shape[0])
+        return self.linear(x).relu()
+"""
+
+
+def _outcome(call, capsys) -> tuple:
+    try:
+        value = call()
+    except Exception as error:  # the plain module's cond fails on its graph break
+        value = type(error).__name__
+    return value, capsys.readouterr().out
+
+
+def test_output_in_a_cond_branch_is_made_only_as_the_plain_module_makes_it(load_both, capsys):
+    # Both branches of a torch.cond are traced: their deferred calls both ran after the
+    # graph, whichever branch was taken.
+    plain, rewritten = load_both(OUTPUT_IN_AN_OPERATOR_BODY)
+    outcomes = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        chosen = torch.compile(module.chosen, backend="eager")
+        outcomes.append(_outcome(lambda chosen=chosen: chosen(torch.ones(3)).tolist(), capsys))
+    assert outcomes[1] == outcomes[0]
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_output_in_a_checkpointed_layer_is_made_again_when_it_is_recomputed(
+    load_both, capsys, reentrant
+):
+    # A checkpointed layer runs its forward again in backward, printing again; deferred
+    # once after the graph, the print was made once.
+    plain, rewritten = load_both(OUTPUT_IN_AN_OPERATOR_BODY)
+    outcomes = []
+    for module, compiled in ((plain, False), (rewritten, True)):
+        torch.manual_seed(0)
+        layer = module.Layer()
+        x = torch.ones(2, 3, requires_grad=True)
+
+        def step(layer=layer, x=x) -> list:
+            out = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=reentrant)
+            out.sum().backward()
+            return x.grad.tolist()
+
+        torch._dynamo.reset()
+        run = torch.compile(step, backend="eager") if compiled else step
+        outcomes.append(_outcome(run, capsys))
+    assert outcomes[1] == outcomes[0]
