@@ -33,6 +33,9 @@ _EXPENSIVE_FUNCTIONS = frozenset(
     for name in "linear conv1d conv2d conv3d scaled_dot_product_attention".split()
 )
 _EXPENSIVE_METHODS = frozenset({"matmul", "mm", "bmm"})
+#: Functions that draw random numbers when given this argument (keyword, position),
+#: unless it is a literal zero.
+_RANDOM_WITH = {"torch.nn.functional.scaled_dot_product_attention": ("dropout_p", 4)}
 
 #: Methods that convert in place when the receiver is an ``nn.Module``.
 _MODULE_CONVERSIONS = frozenset(
@@ -146,6 +149,13 @@ class SpeculationChecker:
         name = qualified_name(func, self.scopes, self.functions)
         if name is not None:
             self._known_function(name, func)
+            if name in _RANDOM_WITH and _may_draw(call, *_RANDOM_WITH[name]):
+                # Both branches are traced to plan the merge; what the untaken one
+                # draws would change the random numbers everything after it gets.
+                self.facts.refuse(
+                    f"it calls {ast.unparse(func)}() with {_RANDOM_WITH[name][0]}, which may "
+                    "draw random numbers"
+                )
             return
         if isinstance(func, ast.Attribute) and func.attr in PURE_TENSOR_METHODS:
             if func.attr == "div" and any(k.arg == "rounding_mode" for k in call.keywords):
@@ -243,6 +253,14 @@ def _is_number(expr: ast.expr) -> bool:
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
         expr = expr.operand
     return isinstance(expr, ast.Constant) and type(expr.value) in (int, float, bool)
+
+
+def _may_draw(call: ast.Call, keyword: str, position: int) -> bool:
+    """Whether ``call`` passes the argument ``keyword`` (or at ``position``) as anything
+    but a literal zero."""
+    values = [k.value for k in call.keywords if k.arg == keyword]
+    values += call.args[position : position + 1]
+    return any(not (_is_number(value) and ast.literal_eval(value) == 0) for value in values)
 
 
 def _is_nonzero_number(expr: ast.expr) -> bool:

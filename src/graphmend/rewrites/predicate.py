@@ -495,6 +495,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
     def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
         if not self.rewriter.may_hold_tensor_data(node.test):
             return self.generic_visit(node)
+        self._check_no_update_in_place_after()
         module = self.rewriter.module
         checker = SpeculationChecker(
             module.scopes, self.rewriter.enclosing.functions, in_branch=True
@@ -540,6 +541,24 @@ class _ConditionalExpressions(ast.NodeTransformer):
             body=_first(load(names["merged"])),
             orelse=fallback,
         )
+
+    def _check_no_update_in_place_after(self) -> None:
+        """A name the statement binds, updated in place after it, would no longer update
+        the object the original bound there (an argument, a view of one): a merged
+        value is a new tensor."""
+        statement = self.statement
+        targets = statement.targets if isinstance(statement, ast.Assign) else []
+        if isinstance(statement, ast.AnnAssign):
+            targets = [statement.target]
+        function = self.rewriter.enclosing.functions[-1]
+        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for name in sorted(frozenset().union(*(stored_names(t) for t in targets))):
+            if used_in_place_after(function, statement, name):
+                raise Decline(
+                    f"{name} is updated in place after the conditional expression; a "
+                    "merged value is a new tensor, so the update would no longer reach "
+                    "the object it held"
+                )
 
 
 def _first(value: ast.expr) -> ast.Subscript:

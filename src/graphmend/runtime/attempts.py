@@ -57,10 +57,6 @@ class Attempt:
             if node not in self.nodes and (target is None or node.target is target)
         ]
 
-    def deferred_calls(self) -> bool:
-        """Whether the attempt deferred calls to run after the graph."""
-        return len(self.tracer.debug_locals) > self.deferred
-
     def undo(self) -> None:
         for node in reversed(self.added()):
             if node.op != "placeholder":

@@ -133,11 +133,6 @@ def _capture(context: Any) -> None:
         record_at(context, "continuation", f"torch.cond cannot capture it: {first_line(error)}")
         return
     site.keep_sizes_dynamic(attempt)
-    if attempt.deferred_calls():
-        # Both branches were traced: the calls both deferred would run after the graph.
-        attempt.undo()
-        record_at(context, "continuation", "a branch defers an output call (print, logging)")
-        return
     try:
         for cond in attempt.added(torch.ops.higher_order.cond):
             cond_layout.pin_operands(attempt.graph, cond, versions)

@@ -55,9 +55,11 @@ def capture(value: Any, carried: bool = True) -> tuple[Any, ...]:
     ``carried`` False (:func:`carriable` said no for the call): ``value`` as it
     is, wrapped so that TorchDynamo refuses it too, with no copy made (a copy
     would be an operation in a graph the original, breaking at the call, does
-    not have).
+    not have).  Outside TorchDynamo, where ``torch.compiler.is_compiling()`` is
+    true as well (``torch.export``'s non-strict mode runs the code in Python),
+    nothing defers the call: it is made at once, with ``value`` as it is.
     """
-    if not carried:
+    if not carried or not torch.compiler.is_dynamo_compiling():
         return ("opaque", (value,))
     if type(value) is torch.nn.Parameter:
         # copied like any tensor (a later in-place update must not show), and made a

@@ -8,6 +8,14 @@ happen.  Model code is almost always inlined, so GraphMend makes inlined frames
 share the list of the frame that owns the graph, which then runs them after the
 graph in order.
 
+A frame inlined into the body of a higher-order operator (a ``torch.cond`` branch,
+a ``torch.utils.checkpoint`` region) is traced into a subgraph that runs when the
+operator decides: once for the branch taken, once more for a checkpoint's
+recomputation in backward.  A call deferred there would run once after the graph
+whatever the body does, both branches' calls included; so there a reordered call
+is refused as the original call is (a graph break, which the operator reports or
+falls back on, as without GraphMend).
+
 Upper bound policy.  The one internal patched is
 ``torch._dynamo.symbolic_convert.InliningInstructionTranslator.__init__``
 (wrapped: the new instance's ``debug_locals`` becomes its ``parent``'s).  The
@@ -66,8 +74,22 @@ def keep_inlined_deferred_calls(version: str = torch.__version__) -> bool:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        self.debug_locals = self.parent.debug_locals
+        in_subgraph = self.output.current_tracer.parent is not None
+        self.debug_locals = _RefusedCalls() if in_subgraph else self.parent.debug_locals
 
     setattr(__init__, _PATCHED, True)
     InliningInstructionTranslator.__init__ = __init__
     return True
+
+
+class _RefusedCalls(list):  # type: ignore[type-arg]
+    """The reordered calls of a frame traced into a higher-order operator's subgraph:
+    none is taken, each is a graph break there."""
+
+    def append(self, call: Any) -> None:
+        from torch._dynamo.exc import Unsupported
+
+        raise Unsupported(
+            "GraphMend: an output call in the body of a higher-order operator "
+            "(torch.cond, checkpoint) runs where it stands"
+        )

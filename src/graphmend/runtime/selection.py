@@ -65,7 +65,12 @@ _PURE_MODULES: tuple[type[nn.Module], ...] = tuple(
     )
     if module is not None
 )
-_TRAINING_CHANGES_STATE = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+#: Modules that, in training mode, draw random numbers or update their statistics.
+_TRAINING_CHANGES_STATE = (
+    nn.modules.dropout._DropoutNd,
+    nn.modules.batchnorm._BatchNorm,
+    nn.RReLU,
+)
 _PURE_MODULE_PACKAGES = ("torch.nn.modules.activation", "transformers.activations")
 
 
@@ -84,7 +89,10 @@ def why_impure(module: Any) -> str | None:
     if module._forward_hooks or module._forward_pre_hooks:
         return "it has forward hooks"
     if isinstance(module, _TRAINING_CHANGES_STATE) and module.training:
-        return "it is in training mode (dropout draws, batch norm updates its statistics)"
+        return (
+            "it is in training mode (dropout and RReLU draw random numbers, batch norm "
+            "updates its statistics)"
+        )
     if type(module) is nn.Sequential:
         for child in module:
             reason = why_impure(child)
