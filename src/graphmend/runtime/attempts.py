@@ -12,15 +12,18 @@ puts it back, so that the original code then runs as if nothing had been tried.
 The tracer's internals are not public API: they have this shape on the torch
 releases GraphMend is tested with (2.5 and 2.13).
 
-What an attempt cannot take back are the guards it made TorchDynamo install on
-symbolic sizes (by default a size is symbolic once it has changed between calls).
-Most split the sizes in two (``s0 >= 3``: one more compile at most), but one that
-holds for one size only (``x.split(2)`` of ``s0`` rows guards ``(s0 + 1) // 2 ==
-3``) compiles the frame again for every new size, until the recompile limit sends
-it to eager, where the original ``if`` never traced that code.  Such an attempt
-restarts the frame's analysis (:meth:`Site.keep_sizes_dynamic`) and the site keeps
-its break: the decision is kept, for this compile only, in the speculation log
-TorchDynamo keeps across restarts for its own.
+What an undo cannot take back are the guards the attempt made TorchDynamo
+install (on an attribute it read, such as a cache length; on a size it used) and
+the graph inputs it added.  A failed attempt that left any restarts the frame's
+analysis instead (:meth:`Site.keep_break`), the site marked to run its original
+code: otherwise the frame would recompile whenever such an attribute changes, where
+the original ``if`` never traced that code (phi-1.5's rotary cache length in
+``generate``: 22 graphs against plain's 18).  A successful attempt that pins a
+symbolic size to one value (``x.split(2)`` of ``s0`` rows guards ``(s0 + 1) // 2 ==
+3``; by default a size is symbolic once it has changed between calls) does the
+same, since the frame would compile again for every new size until the recompile
+limit sent it to eager.  The decision is kept, for this compile only, in the
+speculation log TorchDynamo keeps across restarts for its own.
 """
 
 from __future__ import annotations
@@ -48,6 +51,18 @@ class Attempt:
         self.deferred = len(tracer.debug_locals)
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
+        self.installed = self._installed()
+
+    def _installed(self) -> tuple[int, int, int]:
+        """How many guards and size guards TorchDynamo holds, and how many graph inputs."""
+        placeholders = sum(1 for node in self.graph.nodes if node.op == "placeholder")
+        sizes = len(self.shape_env.guards) if self.shape_env is not None else 0
+        return len(self.tracer.output.guards), sizes, placeholders
+
+    def left_guards(self) -> bool:
+        """Whether the attempt installed guards or added graph inputs, which
+        :meth:`undo` cannot take back."""
+        return self._installed() != self.installed
 
     def added(self, target: Any = None) -> list[Any]:
         """The nodes the attempt added, in graph order (those calling ``target``)."""
@@ -84,7 +99,10 @@ class Attempt:
 
 
 #: The attribute of a speculation log entry that marks a site to keep its break.
-_PINNED = "graphmend_pinned_size"
+_KEPT = "graphmend_keeps_break"
+#: Restarts GraphMend asks for in one compile of a frame, at most: TorchDynamo gives up
+#: the frame after 100 restarts (its own, one per graph break, count too).
+_MOST_RESTARTS = 16
 
 
 class Site:
@@ -98,25 +116,38 @@ class Site:
         # fullgraph=True (or error_on_graph_break): a break would fail the compile
         self.one_graph = bool(tracer.one_graph or getattr(tracer, "error_on_graph_break", False))
 
-    def pinned(self) -> str | None:
-        """Why the site's attempt restarted the analysis (:meth:`keep_sizes_dynamic`)."""
-        return getattr(self.entry, _PINNED, None)
+    def kept_break(self) -> str | None:
+        """Why an earlier analysis of this compile restarted for the site to keep its
+        break (:meth:`keep_break`), or ``None``."""
+        return getattr(self.entry, _KEPT, None)
 
     def keep_sizes_dynamic(self, attempt: Attempt) -> None:
-        """Restart the frame's analysis, the site marked to keep its break, if the
-        attempt pinned a symbolic size to one value (a guard that cannot be taken back).
+        """Keep the break (:meth:`keep_break`) if the attempt pinned a symbolic size to
+        one value.  Not where the frame must be one graph: there a break fails the call,
+        and recompiling for each size is the lesser cost."""
+        guard = attempt.pinned_size()
+        if guard is not None and not self.one_graph:
+            self.keep_break(f"tracing it pins a dynamic size to one size ({guard})")
+
+    def keep_break_if_guarded(self, attempt: Attempt, reason: str) -> None:
+        """Keep the break (:meth:`keep_break`) if the failed attempt left guards or graph
+        inputs behind; otherwise the caller undoes it."""
+        if attempt.left_guards():
+            self.keep_break(reason)
+
+    def keep_break(self, reason: str) -> None:
+        """Restart the frame's analysis, the site marked to run its original code, so that
+        nothing of the attempt stays; unless this compile has restarted for GraphMend
+        :data:`_MOST_RESTARTS` times already.
 
         The entries the attempt's tracing added to the log are dropped: the next
         analysis does not trace it, and TorchDynamo checks that each restart follows
-        the log.  Not where the frame must be one graph: there a break fails the call,
-        and recompiling for each size is the lesser cost."""
-        guard = attempt.pinned_size()
-        if guard is None or self.one_graph:
+        the log."""
+        if sum(1 for entry in self.log.entries if hasattr(entry, _KEPT)) >= _MOST_RESTARTS:
             return
         from torch._dynamo import exc
 
-        reason = f"tracing it pins a dynamic size to one size ({guard})"
-        setattr(self.entry, _PINNED, reason)
+        setattr(self.entry, _KEPT, reason)
         del self.log.entries[self.position :]
         raise exc.SpeculationRestartAnalysis(restart_reason=f"GraphMend: {reason}")
 
@@ -159,18 +190,19 @@ def _call(context: Any) -> None:
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, rewrite, f"this torch release is not supported ({error})")
         return
-    pinned = site.pinned()
-    if pinned is not None:
-        record_at(context, rewrite, f"a branch cannot be traced: {pinned}")
+    kept = site.kept_break()
+    if kept is not None:
+        record_at(context, rewrite, kept)
         return
     try:
         result = tracer.inline_user_function_return(function, list(arguments), {})
     except tracer_control():
         raise
     except Exception as error:
-        site.keep_sizes_dynamic(attempt)
+        reason = f"a branch cannot be traced: {first_line(error)}"
+        site.keep_break_if_guarded(attempt, reason)
         attempt.undo()
-        record_at(context, rewrite, f"a branch cannot be traced: {first_line(error)}")
+        record_at(context, rewrite, reason)
         return
     site.keep_sizes_dynamic(attempt)
     tracer.symbolic_locals["result"] = result

@@ -119,26 +119,29 @@ def _capture(context: Any) -> None:
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
-    pinned = site.pinned()
-    if pinned is not None:
-        record_at(context, "continuation", f"torch.cond cannot capture it: {pinned}")
+    kept = site.kept_break()
+    if kept is not None:
+        record_at(context, "continuation", kept)
         return
     try:
         result = handler.call_function(tracer, arguments, {})
     except tracer_control():
         raise
     except Exception as error:  # anything else: cond cannot capture the branches
-        site.keep_sizes_dynamic(attempt)
+        reason = f"torch.cond cannot capture it: {first_line(error)}"
+        site.keep_break_if_guarded(attempt, reason)
         attempt.undo()
-        record_at(context, "continuation", f"torch.cond cannot capture it: {first_line(error)}")
+        record_at(context, "continuation", reason)
         return
     site.keep_sizes_dynamic(attempt)
     try:
         for cond in attempt.added(torch.ops.higher_order.cond):
             cond_layout.pin_operands(attempt.graph, cond, versions)
     except cond_layout.Unpinnable as error:
+        reason = f"TorchInductor could not run the torch.cond: {error}"
+        site.keep_break_if_guarded(attempt, reason)
         attempt.undo()
-        record_at(context, "continuation", f"TorchInductor could not run the torch.cond: {error}")
+        record_at(context, "continuation", reason)
         return
     frame_locals["merged"] = result
 

@@ -1,0 +1,119 @@
+"""A failed attempt leaves no guard behind: the frame recompiles no more often than
+under plain ``torch.compile``.
+
+T1 traces both arms of an ``if``, and continuation the rest of the function under
+both outcomes, before the original ``if`` may run instead.  What a failed attempt
+read (an attribute such as a cache length) would otherwise stay guarded in the frame
+before the break, which plain compile never traced there: every new value compiles
+that frame again (phi-1.5's rotary cache length in ``generate``: 22 graphs against
+plain's 18).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounter
+
+from graphmend.runtime import fallbacks
+from helpers.modules import import_plain, import_rewritten
+
+SOURCE = """
+import torch
+from torch import nn
+
+
+class UntracableArm(nn.Module):
+    '''T1: the untaken arm reads an attribute, then fails to trace (no such shape).'''
+
+    def __init__(self):
+        super().__init__()
+        self.rows = 3
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = x.reshape(self.rows, 5)
+        else:
+            y = x * 2
+        return y + 1
+
+
+class Cache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.length = 0
+
+    def forward(self, x):
+        if x.shape[0] > self.length:
+            self.length = x.shape[0]
+        return x
+
+
+class CacheInTheRest(nn.Module):
+    '''Continuation: the rest of forward stores an attribute, which torch.cond cannot
+    capture, after reading it.'''
+
+    def __init__(self):
+        super().__init__()
+        self.cache = Cache()
+
+    def forward(self, x, mask):
+        if mask is not None and torch.any(~mask):
+            mask = mask
+        else:
+            mask = None
+        y = self.cache(x) * 2
+        if mask is not None:
+            y = y.masked_fill(mask, 0)
+        return y
+"""
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory):
+    directory: Path = tmp_path_factory.mktemp("recompiles")
+    return (
+        import_plain(directory, "recompiles_plain", SOURCE),
+        import_rewritten(directory, "recompiles_mended", SOURCE),
+    )
+
+
+def _untracable_arm(module) -> tuple[int, list[torch.Tensor]]:
+    model = module.UntracableArm()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    results = []
+    for rows in range(4):
+        model.rows = rows  # read only by the arm that is never taken
+        results.append(compiled(-torch.ones(4, 4)))
+    return counter.frame_count, results
+
+
+def _cache_in_the_rest(module) -> tuple[int, list[torch.Tensor]]:
+    model = module.CacheInTheRest()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    results = []
+    x, mask = torch.ones(4, 4), torch.ones(4, 4, dtype=torch.bool)
+    for length in range(4):
+        model.cache.length = length  # a new value at each call, as a growing cache
+        results.append(compiled(x, mask))
+    return counter.frame_count, results
+
+
+@pytest.mark.parametrize("case", [_untracable_arm, _cache_in_the_rest])
+def test_a_failed_attempt_leaves_no_guard_behind(modules, case) -> None:
+    plain, mended = modules
+    torch._dynamo.reset()
+    with torch.no_grad():
+        plain_graphs, expected = case(plain)
+    torch._dynamo.reset()
+    fallbacks.clear()
+    with torch.no_grad():
+        graphs, results = case(mended)
+    assert graphs == plain_graphs
+    for result, want in zip(results, expected, strict=True):
+        assert torch.equal(result, want)
+    assert fallbacks.records(), "the site ran its original code, and says why"
