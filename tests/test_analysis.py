@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmend.analysis.bindings import live_after
+from graphmend.analysis.bindings import live_after, used_in_place_after
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 from graphmend.analysis.walking import walk
 from graphmend.patterns import ModuleMatcher, PatternError
@@ -109,6 +109,30 @@ def test_live_after_follows_python_scoping_of_nested_functions(nested, live):
     function = _function(tree, "f")
     site = function.body[1]
     assert live_after(function, site, "y") is live
+
+
+@pytest.mark.parametrize(
+    ("after", "updated"),
+    [
+        ("y.add_(1)", True),
+        ("z = y.view(-1)\n    z.add_(1)", True),
+        ("z = y[0]\n    w = z.T\n    w += 1", True),
+        ("a, b = y.chunk(2)\n    b.mul_(2)", True),
+        ("a, b = y, x\n    a[0] = 1", True),
+        ("z = torch.transpose(y, 0, 1)\n    torch.add(z, 1, out=z)", True),
+        ("z = y if x else x\n    z.zero_()", True),
+        ("for row in y:\n        row.add_(1)", True),
+        # new tensors, or containers holding y, are not y
+        ("z = y * 2\n    z.add_(1)", False),
+        ("outputs = (y,)\n    outputs += (x,)", False),
+        ("a, b = x, y\n    a.add_(1)", False),
+        ("z = x.view(-1)\n    z.add_(1)", False),
+    ],
+)
+def test_updates_in_place_after_a_site_follow_views_of_the_name(after, updated):
+    source = f"def f(x):\n    if x:\n        y = x\n    else:\n        y = x * 2\n    {after}\n"
+    function = _function(ast.parse(source), "f")
+    assert used_in_place_after(function, function.body[0], "y") is updated
 
 
 def test_walk_gives_the_nodes_of_ast_walk_in_its_order():

@@ -156,21 +156,24 @@ def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
 
 def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     """Whether the object ``name`` holds may be updated in place after ``site``
-    (``name += ...``, ``name[...] = ...``, ``name.add_(...)``, ``out=name``).
+    (``name += ...``, ``name[...] = ...``, ``name.add_(...)``, ``out=name``), directly
+    or through a name bound later to a view of it (``z = name.view(-1); z.add_(1)``,
+    see :func:`_views_after`).
 
     ``name`` may also be an attribute chain, as written (``self.inv_freq``).
     """
     continuation = _continuation(function, site)
     if continuation is None:
         return True
+    views = _views_after(continuation, name)
     for statement in continuation:
         for node in walk(statement):
-            if isinstance(node, ast.AugAssign) and _is_name(node.target, name):
+            if isinstance(node, ast.AugAssign) and _is_any(node.target, views):
                 return True
             if (
                 isinstance(node, ast.Subscript | ast.Attribute)
                 and isinstance(node.ctx, ast.Store)
-                and _is_name(node.value, name)
+                and _is_any(node.value, views)
             ):
                 return True
             if isinstance(node, ast.Call):
@@ -179,12 +182,76 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
                     isinstance(func, ast.Attribute)
                     and func.attr.endswith("_")
                     and not func.attr.startswith("__")
-                    and _is_name(func.value, name)
+                    and _is_any(func.value, views)
                 ):
                     return True
-                if any(k.arg == "out" and _is_name(k.value, name) for k in node.keywords):
+                if any(k.arg == "out" and _is_any(k.value, views) for k in node.keywords):
                     return True
     return False
+
+
+def _views_after(continuation: list[ast.stmt], name: str) -> frozenset[str]:
+    """``name``, and the names bound in ``continuation`` to what may be its object or a
+    view of it, transitively: an expression that starts from one of them (the name, an
+    attribute or index of it, a method called on it, a call taking it first, as
+    ``torch.transpose(y, 0, 1)``), element by element when a tuple is unpacked.  A
+    tuple or list built around it (``outputs = (y,)``) holds it without being it."""
+    views = {name}
+    while True:
+        bound = {
+            target
+            for statement in continuation
+            for node in walk(statement)
+            for targets, value in _bindings(node)
+            if _may_be_view(value, views)
+            for target in stored_names(targets)
+        }
+        if bound <= views:
+            return frozenset(views)
+        views |= bound
+
+
+def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+    """The (target, value) pairs ``node`` binds, a tuple unpacked element by element."""
+    if isinstance(node, ast.Assign):
+        pairs = [(target, node.value) for target in node.targets]
+    elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+        pairs = [(node.target, node.value)]
+    elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+        pairs = [(node.target, node.iter)]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        pairs = [(node.optional_vars, node.context_expr)]
+    else:
+        return []
+    unpacked = []
+    for target, value in pairs:
+        if (
+            isinstance(target, ast.Tuple | ast.List)
+            and isinstance(value, ast.Tuple | ast.List)
+            and len(target.elts) == len(value.elts)
+        ):
+            unpacked += list(zip(target.elts, value.elts, strict=True))
+        else:
+            unpacked.append((target, value))
+    return unpacked
+
+
+def _may_be_view(value: ast.expr, views: set[str]) -> bool:
+    if _is_any(value, views):
+        return True
+    if isinstance(value, ast.Attribute | ast.Subscript | ast.Starred):
+        return _may_be_view(value.value, views)
+    if isinstance(value, ast.IfExp):
+        return _may_be_view(value.body, views) or _may_be_view(value.orelse, views)
+    if isinstance(value, ast.Call):
+        func = value.func
+        method = isinstance(func, ast.Attribute) and _may_be_view(func.value, views)
+        return method or (bool(value.args) and _may_be_view(value.args[0], views))
+    return False
+
+
+def _is_any(expr: ast.expr, names: Iterable[str]) -> bool:
+    return any(_is_name(expr, name) for name in names)
 
 
 def _is_name(expr: ast.expr, name: str) -> bool:
