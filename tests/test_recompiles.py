@@ -40,6 +40,22 @@ class UntracableArm(nn.Module):
         return y + 1
 
 
+class UnmergeableArms(nn.Module):
+    '''T1: both arms trace, the untaken one reading an attribute, but their results
+    cannot be merged (float64 against float32), nor by torch.cond.'''
+
+    def __init__(self):
+        super().__init__()
+        self.rows = 3
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = (x * self.rows).to(torch.float64)
+        else:
+            y = x * 2
+        return y + 1
+
+
 class Cache(nn.Module):
     def __init__(self):
         super().__init__()
@@ -81,7 +97,14 @@ def modules(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _untracable_arm(module) -> tuple[int, list[torch.Tensor]]:
-    model = module.UntracableArm()
+    return _arm_reading_rows(module.UntracableArm())
+
+
+def _unmergeable_arms(module) -> tuple[int, list[torch.Tensor]]:
+    return _arm_reading_rows(module.UnmergeableArms())
+
+
+def _arm_reading_rows(model) -> tuple[int, list[torch.Tensor]]:
     counter = CompileCounter()
     compiled = torch.compile(model, backend=counter)
     results = []
@@ -103,7 +126,7 @@ def _cache_in_the_rest(module) -> tuple[int, list[torch.Tensor]]:
     return counter.frame_count, results
 
 
-@pytest.mark.parametrize("case", [_untracable_arm, _cache_in_the_rest])
+@pytest.mark.parametrize("case", [_untracable_arm, _unmergeable_arms, _cache_in_the_rest])
 def test_a_failed_attempt_leaves_no_guard_behind(modules, case) -> None:
     plain, mended = modules
     torch._dynamo.reset()

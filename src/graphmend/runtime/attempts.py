@@ -34,7 +34,7 @@ from typing import Any
 import sympy
 import torch
 
-from graphmend.runtime.fallbacks import record_at
+from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 
 
 class Attempt:
@@ -150,6 +150,37 @@ class Site:
         setattr(self.entry, _KEPT, reason)
         del self.log.entries[self.position :]
         raise exc.SpeculationRestartAnalysis(restart_reason=f"GraphMend: {reason}")
+
+
+def open_site(rewrite: str) -> str | None:
+    """Called by a site's runtime function before it traces code the original may not
+    run: why an earlier analysis of this compile restarted for the site to keep its
+    break (recorded for ``rewrite``; the caller then runs the original code), or
+    ``None``.  A decline the caller records later (``fallbacks.declined``) restarts the
+    analysis if what was traced left guards or graph inputs behind
+    (:meth:`Site.keep_break_if_guarded`).  Called only while tracing."""
+    kept = None  # set by _open while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_open)
+    return kept
+
+
+def _open(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`open_site`."""
+    try:
+        rewrite = context.get_local("rewrite").as_python_constant()
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        site = Site(tracer)
+        attempt = Attempt(tracer)
+        from torch._dynamo.variables import ConstantVariable
+    except (AttributeError, ImportError, KeyError, TypeError):
+        return  # the attempts say so (call_or_none)
+    kept = site.kept_break()
+    if kept is not None:
+        record_at(context, rewrite, kept)
+        tracer.symbolic_locals["kept"] = ConstantVariable.create(kept)
+        return
+    caller = tracer.parent  # the site's runtime function, whose declines are recorded
+    setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
 
 
 def tracer_control() -> tuple[type[BaseException], ...]:

@@ -30,6 +30,9 @@ from graphmend.notices import write_stderr
 _RESUMED = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
 #: Files whose frames are GraphMend's, skipped when looking for the user's line.
 _RUNTIME_DIR = os.path.dirname(__file__)
+#: The attribute of the tracer of a site's runtime function that is called with the
+#: reason before a decline there is recorded (set by ``runtime/attempts.open_site``).
+ON_DECLINE = "graphmend_on_decline"
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,22 @@ def declined(rewrite: str, template: str, *values: Any) -> None:
 
 
 def _record(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`declined` (a ``comptime`` hook)."""
+    """Runs in Python while TorchDynamo traces :func:`declined` (a ``comptime`` hook).
+
+    A site that traced code before declining (``runtime/attempts.open_site``) is told
+    the reason first: it may restart the analysis, and record it then."""
     rewrite = context.get_local("rewrite").as_python_constant()
     template = context.get_local("template").as_python_constant()
     values = context.get_local("values")._i_will_not_complain_if_bc_breaks_VariableTracker()
-    record_at(context, rewrite, template.format(*(describe(value) for value in values.items)))
+    reason = template.format(*(describe(value) for value in values.items))
+    tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    while tracer is not None and os.path.dirname(tracer.f_code.co_filename) == _RUNTIME_DIR:
+        site_declines = getattr(tracer, ON_DECLINE, None)
+        if site_declines is not None:
+            site_declines(reason)
+            break
+        tracer = getattr(tracer, "parent", None)
+    record_at(context, rewrite, reason)
 
 
 def record_at(context: Any, rewrite: str, reason: str) -> None:

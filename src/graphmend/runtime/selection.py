@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphmend.runtime.attempts import call_or_none
+from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import IMMUTABLE_TYPES
@@ -150,6 +150,8 @@ def branch(
         # (a float argument that changed between calls); under tracing a float's type
         # does not say whether it is, so a branch reading one keeps the original if.
         declined("predicate", "a branch that calls a submodule reads a Python float")
+        return None
+    if open_site("predicate") is not None:
         return None
     predicate = truth(condition)
     # Both branches are traced, and the untaken one may fail where it is traced (a
