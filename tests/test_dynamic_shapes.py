@@ -17,7 +17,7 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 from graphmend.runtime import fallbacks
-from helpers.modules import import_plain, import_rewritten
+from helpers.modules import import_both
 
 SOURCE = """
 import torch
@@ -62,10 +62,7 @@ ROWS = range(2, 14)
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory: pytest.TempPathFactory):
     directory: Path = tmp_path_factory.mktemp("dynamic")
-    return (
-        import_plain(directory, "dynamic_plain", SOURCE),
-        import_rewritten(directory, "dynamic_mended", SOURCE),
-    )
+    return import_both(directory, "dynamic", SOURCE)
 
 
 def _graphs(function, dynamic: bool | None) -> tuple[int, list[torch.Tensor]]:

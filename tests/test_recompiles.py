@@ -18,7 +18,7 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 from graphmend.runtime import fallbacks
-from helpers.modules import import_plain, import_rewritten
+from helpers.modules import import_both
 
 SOURCE = """
 import torch
@@ -90,10 +90,7 @@ class CacheInTheRest(nn.Module):
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory: pytest.TempPathFactory):
     directory: Path = tmp_path_factory.mktemp("recompiles")
-    return (
-        import_plain(directory, "recompiles_plain", SOURCE),
-        import_rewritten(directory, "recompiles_mended", SOURCE),
-    )
+    return import_both(directory, "recompiles", SOURCE)
 
 
 def _untracable_arm(module) -> tuple[int, list[torch.Tensor]]:

@@ -20,6 +20,14 @@ def import_rewritten(directory: Path, name: str, source: str) -> ModuleType:
         return import_plain(directory, name, source)
 
 
+def import_both(directory: Path, stem: str, source: str) -> tuple[ModuleType, ModuleType]:
+    """``source`` imported twice: as ``<stem>_plain``, and rewritten as ``<stem>_mended``."""
+    return (
+        import_plain(directory, f"{stem}_plain", source),
+        import_rewritten(directory, f"{stem}_mended", source),
+    )
+
+
 def import_plain(directory: Path, name: str, source: str) -> ModuleType:
     """Write ``source`` as module ``name`` in ``directory`` and import it."""
     (directory / f"{name}.py").write_text(textwrap.dedent(source))
