@@ -74,18 +74,7 @@ def _graphs(function, dynamic: bool | None) -> tuple[int, list[torch.Tensor]]:
     return counter.frame_count, results
 
 
-#: Under ``dynamic=True`` every size is symbolic from the first call, a weight's among
-#: them, and an arm calling ``nn.Linear`` pins the hidden size as the original does;
-#: GraphMend cannot tell a size that will change, and keeps merging there.
-ALL_DYNAMIC = pytest.param(
-    True,
-    marks=pytest.mark.xfail(
-        strict=True, reason="dynamic=True: a pinned size is not told from a fixed one"
-    ),
-)
-
-
-@pytest.mark.parametrize("dynamic", [None, ALL_DYNAMIC])
+@pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("name", ["split_in_untaken_arm", "split_after_mask_or_none"])
 def test_code_that_pins_a_size_keeps_the_break(modules, name: str, dynamic) -> None:
     plain_module, mended_module = modules

@@ -80,12 +80,13 @@ class Attempt:
         del self.tracer.debug_locals[self.deferred :]
 
     def pinned_size(self) -> str | None:
-        """A guard the attempt installed that holds for one value of a size TorchDynamo
-        made symbolic because it changed (``Eq(<size expression>, <number>)``), or
-        ``None``.  Under ``dynamic=True`` every size is symbolic, those of weights
-        included, and a branch that calls ``nn.Linear`` pins the hidden size; which
-        sizes will change cannot be told, and the attempt is kept (see DESIGN.md §10)."""
-        if self.shape_env is None or not torch._dynamo.config.assume_static_by_default:
+        """A guard the attempt installed that holds for one value of a symbolic size
+        (``Eq(<size expression>, <number>)``), or ``None``.  By default a size is
+        symbolic once it has changed between calls; under ``dynamic=True`` every size
+        is, and a pin there may be one the original makes too (a branch calling
+        ``nn.Linear`` pins the hidden size): the break is kept all the same, which
+        gives plain's graphs (see DESIGN.md §10)."""
+        if self.shape_env is None:
             return None
         for guard in self.shape_env.guards[self.guards :]:
             expr = guard.expr
