@@ -44,22 +44,7 @@ def _export_observed(module, strict: bool, capsys, caplog) -> tuple:
     return program.module()(x).tolist(), capsys.readouterr().out, records, warned
 
 
-@pytest.mark.parametrize(
-    "strict",
-    [
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                ON_THE_FLOOR,
-                strict=True,
-                reason="torch 2.5: an f-string of a size is formatted by a function "
-                "TorchDynamo does not trace (runtime/formatting.py), a graph break, which "
-                "strict export refuses (Unsupported); plain export makes print a no-op",
-            ),
-        ),
-        False,
-    ],
-)
+@pytest.mark.parametrize("strict", [True, False])
 def test_export_makes_the_output_calls_the_plain_module_makes(load_both, capsys, caplog, strict):
     # Non-strict export runs the code in Python with torch.compiler.is_compiling()
     # true: a size printed there was carried as a tensor and read back with int(),

@@ -35,7 +35,7 @@ import torch
 
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
-from graphmend.runtime.formatting import assume_constant_result, format_now
+from graphmend.runtime.formatting import assume_constant_result, format_now, known_while_tracing
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -72,7 +72,7 @@ def capture(value: Any, carried: bool = True) -> tuple[Any, ...]:
     if isinstance(value, torch.Tensor):
         return ("tensor", value.clone())
     kind = type(value)
-    if kind in (int, float) and _known_while_tracing(value):
+    if kind in (int, float) and known_while_tracing(value):
         # a constant travels as it is: no tensor made for it, no graph where
         # the original, breaking at the call, had none
         return ("value", value)
@@ -122,27 +122,6 @@ def _learn_constant_types(dynamo: Any) -> None:
     """The types TorchDynamo holds as constants, and so carries (once it is imported)."""
     utils = getattr(dynamo, "utils", None)
     _CONSTANT_TYPES.update(dict.fromkeys(getattr(utils, "common_constant_types", ())))
-
-
-def _known_while_tracing(value: int | float) -> bool:
-    """Whether TorchDynamo holds ``value`` as a constant (a symbolic size or float it
-    does not: those travel as tensors).  Under TorchDynamo, ``type()`` says ``int``
-    for both; its own variable for the local says which."""
-    known = False  # set by _look while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_look)
-    return known
-
-
-def _look(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`_known_while_tracing`."""
-    try:
-        from torch._dynamo.variables import ConstantVariable
-
-        known = context.get_local("value").is_python_constant()
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        tracer.symbolic_locals["known"] = ConstantVariable.create(known)
-    except (AttributeError, ImportError, KeyError, TypeError):
-        return  # another torch release: the value travels as a tensor
 
 
 def rebuild(tokens: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -282,8 +261,13 @@ def _enable(_dynamo: object = None) -> None:
         return
     _enabled = True
     # what the generated functions call, and what render calls (under dynamic=True a
-    # float TorchDynamo made symbolic made a graph of _holds_numbers' own frame)
-    called = (format_now, formatting._holds_numbers, formatting.convert)
+    # float TorchDynamo made symbolic made a graph of a helper's own frame)
+    called = (
+        format_now,
+        formatting._numbers_known,
+        formatting.known_while_tracing,
+        formatting.convert,
+    )
     for helper in (rebuild, _rebuild_one, render, *called):
         _never_compiled(helper)
     for function in _deferred_functions:

@@ -48,15 +48,39 @@ def formattable_now(value: Any) -> bool:
 
 def format_now(value: Any, conversion: int, spec: str) -> str:
     """``f"{value!conversion:spec}"``, computed by Python even while tracing."""
-    if _holds_numbers(value) and not _symbolic_values_break:
+    if not _symbolic_values_break and not _numbers_known(value):
         return _format_unbaked(value, conversion, spec)
     return _format(value, conversion, spec)
 
 
-def _holds_numbers(value: Any) -> bool:
+def _numbers_known(value: Any) -> bool:
+    """Whether every number ``value`` holds is a constant to TorchDynamo (False outside
+    it): text made of those is baked on every torch release (a size that never changed,
+    under ``torch.export`` on torch 2.5)."""
     if type(value) in (tuple, torch.Size):
-        return any(_holds_numbers(item) for item in value)
-    return type(value) in (int, float, bool)
+        return all(_numbers_known(item) for item in value)
+    return type(value) not in (int, float, bool) or known_while_tracing(value)
+
+
+def known_while_tracing(value: int | float) -> bool:
+    """Whether TorchDynamo holds ``value`` as a constant (a symbolic size or float it
+    does not: those travel as tensors).  Under TorchDynamo, ``type()`` says ``int``
+    for both; its own variable for the local says which."""
+    known = False  # set by _look while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_look)
+    return known
+
+
+def _look(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`known_while_tracing`."""
+    try:
+        from torch._dynamo.variables import ConstantVariable
+
+        known = context.get_local("value").is_python_constant()
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        tracer.symbolic_locals["known"] = ConstantVariable.create(known)
+    except (AttributeError, ImportError, KeyError, TypeError):
+        return  # another torch release: the value travels as a tensor
 
 
 def _format(value: Any, conversion: int, spec: str) -> str:
