@@ -37,6 +37,7 @@ import torch
 from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
+from graphmend.runtime.catching import caught_by_caller
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
@@ -210,6 +211,9 @@ def lower_guard(
         return False
     if effects_pending():
         declined("trap", "output or Python state changes wait for the end of the graph")
+        return False
+    if caught_by_caller():
+        declined("trap", "a calling function may catch the exception, inside a try")
         return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):

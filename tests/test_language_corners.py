@@ -1,0 +1,84 @@
+"""Python language corners in and around rewritten sites, against plain ``torch.compile``:
+the same results, exceptions (type, message, chained exception) and graph counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from helpers.graphs import compile_and_run
+
+POSITIVE = torch.tensor([1.0, -2.0, 4.0])
+NEGATIVE = torch.tensor([-5.0, 1.0, 0.5])
+
+
+def _outcome(function: Any, *args: Any) -> tuple[Any, ...]:
+    """What a call shows its caller: its result, or its exception's type, message and the
+    exception it chains."""
+    try:
+        return "ok", function(*args)
+    except Exception as error:
+        return type(error), str(error), repr(error.__cause__), repr(error.__context__)
+
+
+def _compiled_outcomes(function: Any, *inputs: torch.Tensor) -> list[tuple[Any, ...]]:
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend="eager")
+    return [_outcome(compiled, x) for x in inputs]
+
+
+def _same(left: list[tuple[Any, ...]], right: list[tuple[Any, ...]]) -> bool:
+    return len(left) == len(right) and all(
+        a[0] == b[0] and (torch.equal(a[1], b[1]) if a[0] == "ok" else a == b)
+        for a, b in zip(left, right, strict=True)
+    )
+
+
+def test_a_guard_in_a_function_called_inside_a_callers_try_keeps_its_break(load_both):
+    # The callee's own source has no try: only its caller can catch what it raises,
+    # and an exception raised from inside the graph escapes the caller's handler.
+    plain, rewritten = load_both("""
+        import torch
+
+        def check(x):
+            if x.sum() > 0:
+                raise ValueError("positive")
+            return x + 1
+
+        def step(x):
+            y = x * 2
+            try:
+                y = check(y)
+            except ValueError:
+                y = x - 100
+            return y
+        """)
+    expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
+    assert expected[0][0] == "ok"
+    assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
+    for x in (POSITIVE, NEGATIVE):
+        assert compile_and_run(rewritten.step, x).graphs <= compile_and_run(plain.step, x).graphs
+
+
+def test_a_guard_called_inside_a_torch_context_is_still_lowered(load_both):
+    # torch's context managers never swallow an exception: no caller catches it there.
+    plain, rewritten = load_both("""
+        import torch
+
+        def check(x):
+            if x.sum() > 0:
+                raise ValueError("positive")
+            return x + 1
+
+        def step(x):
+            with torch.no_grad():
+                y = check(x * 2)
+            return y
+        """)
+    assert _same(
+        _compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE),
+        _compiled_outcomes(plain.step, POSITIVE, NEGATIVE),
+    )
+    compiled = compile_and_run(rewritten.step, NEGATIVE, fullgraph=True)
+    assert (compiled.graphs, compiled.breaks) == (1, 0)
