@@ -100,3 +100,21 @@ def test_a_guard_called_inside_a_torch_context_is_still_lowered(load_both):
     )
     compiled = compile_and_run(rewritten.step, NEGATIVE, fullgraph=True)
     assert (compiled.graphs, compiled.breaks) == (1, 0)
+
+
+def test_an_assert_in_a_module_that_rebinds_assertion_error_keeps_its_break(load_both):
+    # The assert statement raises the builtin AssertionError whatever the name is bound
+    # to; a lowered assert raised the module's class.
+    plain, rewritten = load_both("""
+        import torch
+
+        class AssertionError(Exception):
+            pass
+
+        def check(x):
+            assert x.sum() < 0, "must be negative"
+            return x + 1
+        """)
+    expected = _compiled_outcomes(plain.check, POSITIVE, NEGATIVE)
+    assert expected[0][0] is not plain.AssertionError
+    assert _same(_compiled_outcomes(rewritten.check, POSITIVE, NEGATIVE), expected)

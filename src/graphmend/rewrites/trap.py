@@ -76,6 +76,15 @@ class TrapRewrite(FunctionStatementRewriter):
     def _rewrite_assert(self, statement: ast.Assert) -> ast.stmt:
         if not self.may_hold_tensor_data(statement.test):
             return statement
+        scopes, functions = self.module.scopes, self.enclosing.functions
+        if scopes.resolve("AssertionError", functions) is not Resolution.BUILTIN:
+            # the assert statement raises the builtin, whatever the name is bound to
+            self.record(
+                statement,
+                Decision.DECLINED,
+                "AssertionError is rebound in this module, and the assert raises the builtin",
+            )
+            return statement
         message = statement.msg
         exception = ast.Name(id="AssertionError", ctx=ast.Load())
         raised = ast.Call(
