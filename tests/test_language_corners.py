@@ -3,6 +3,8 @@ the same results, exceptions (type, message, chained exception) and graph counts
 
 from __future__ import annotations
 
+import textwrap
+import traceback
 from typing import Any
 
 import pytest
@@ -118,3 +120,25 @@ def test_an_assert_in_a_module_that_rebinds_assertion_error_keeps_its_break(load
     expected = _compiled_outcomes(plain.check, POSITIVE, NEGATIVE)
     assert expected[0][0] is not plain.AssertionError
     assert _same(_compiled_outcomes(rewritten.check, POSITIVE, NEGATIVE), expected)
+
+
+@pytest.mark.parametrize(
+    ("guard", "raised"),
+    [
+        ('if y.sum() > 0:\n    raise ValueError(f"positive {y.shape}")', ValueError),
+        ('assert y.sum() < 0, "positive"', AssertionError),
+    ],
+    ids=["raise", "assert"],
+)
+def test_a_lowered_guard_raises_at_the_users_line(load_rewritten, guard, raised):
+    # Raised from inside the graph, the exception's innermost frame is still the
+    # guard's line in the user's file (as where the original raise runs), not the
+    # runtime's kernel.
+    body = textwrap.indent(guard, "    ")
+    module = load_rewritten(f"import torch\n\ndef check(x):\n    y = x * 2\n{body}\n    return y\n")
+    torch._dynamo.reset()
+    with pytest.raises(raised) as error:
+        torch.compile(module.check, backend="eager", fullgraph=True)(POSITIVE)
+    frame = traceback.extract_tb(error.value.__traceback__)[-1]
+    source = guard.splitlines()[-1].strip()
+    assert (frame.filename, frame.name, frame.line) == (module.__file__, "check", source)

@@ -5,7 +5,8 @@
 
     @gm_cond1 = <cond, tensor parts kept on the device>
     if not (@gm_rt.lowerable(@gm_cond1)
-            and @gm_rt.lower_guard(@gm_cond1, E, [<msg parts>], True)) and @gm_cond1:
+            and @gm_rt.lower_guard(@gm_cond1, E, [<msg parts>], True, "7:f:m.py"))
+            and @gm_cond1:
         raise E(msg)                      # the original raise, when it cannot be lowered
 
 The message parts are evaluated only once ``lowerable`` has accepted the
@@ -158,6 +159,7 @@ class TrapRewrite(FunctionStatementRewriter):
                         copy.deepcopy(guard.exception),
                         ast.List(elts=message_parts, ctx=ast.Load()),
                         ast.Constant(guard.message is not None),
+                        ast.Constant(self._where(guard)),
                         *earlier,
                     ),
                 ],
@@ -180,6 +182,12 @@ class TrapRewrite(FunctionStatementRewriter):
                 "with the original message when it fails",
             )
         return dual_path(eager, body)
+
+    def _where(self, guard: _Guard) -> str:
+        """The raise's line, function and file (``line:qualname:file``): the lowered
+        guard raises from there, as the original raise does."""
+        line = guard.raise_statement.lineno
+        return f"{line}:{self.enclosing.qualname}:{self.module.filename}"
 
     def _plan(
         self, guard: _Guard, ahead_of_time: bool
