@@ -142,3 +142,40 @@ def test_a_lowered_guard_raises_at_the_users_line(load_rewritten, guard, raised)
     frame = traceback.extract_tb(error.value.__traceback__)[-1]
     source = guard.splitlines()[-1].strip()
     assert (frame.filename, frame.name, frame.line) == (module.__file__, "check", source)
+
+
+@pytest.mark.parametrize("reduced", ["x[3:].max() + x", "x[3:].min(0).values.sum() + x"])
+def test_an_untaken_branch_that_reduces_an_empty_tensor_keeps_the_if(load_both, reduced):
+    # max() and min() of an empty tensor trace (their fake kernels accept it) and raise
+    # when they run: merged with torch.where, the untaken branch failed the call.
+    plain, rewritten = load_both(f"""
+        import torch
+
+        def step(x):
+            if x.sum() > 0:
+                y = x * 2
+            else:
+                y = {reduced}
+            return y
+        """)
+    expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
+    assert expected[0][0] == "ok"
+    assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
+
+
+def test_a_branch_that_reduces_a_tensor_that_is_not_empty_is_still_merged(load_both):
+    plain, rewritten = load_both("""
+        import torch
+
+        def step(x):
+            if x.sum() > 0:
+                y = x * 2
+            else:
+                y = x - x.max()
+            return y
+        """)
+    assert _same(
+        _compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE),
+        _compiled_outcomes(plain.step, POSITIVE, NEGATIVE),
+    )
+    assert compile_and_run(rewritten.step, NEGATIVE, fullgraph=True).graphs == 1
