@@ -81,27 +81,41 @@ def test_a_guard_in_a_function_called_inside_a_callers_try_keeps_its_break(load_
     assert compile_and_run(rewritten.step, NEGATIVE).graphs <= graphs
 
 
-def test_a_guard_called_inside_a_torch_context_is_still_lowered(load_both):
-    # torch's context managers never swallow an exception: no caller catches it there.
-    plain, rewritten = load_both("""
-        import torch
-
-        def check(x):
-            if x.sum() > 0:
-                raise ValueError("positive")
-            return x + 1
-
-        def step(x):
-            with torch.no_grad():
-                y = check(x * 2)
-            return y
-        """)
+@pytest.mark.parametrize(
+    "step",
+    [
+        """
+def step(x):
+    with torch.no_grad():
+        y = check(x * 2)
+    return y
+""",
+        """
+def step(x):
+    with torch.no_grad():
+        if x.sum() > 0:
+            raise ValueError("positive")
+        y = x * 2
+    return y
+""",
+    ],
+    ids=["caller", "own"],
+)
+def test_a_guard_inside_a_with_block_leaves_the_block_as_the_original(load_both, step):
+    # Raised from inside the graph, the exception skipped the block's exit in the graph:
+    # gradients stayed off for the rest of the program.
+    plain, rewritten = load_both(CHECK + step)
+    for module in (plain, rewritten):
+        try:
+            raised = _compiled_outcomes(module.step, POSITIVE)[0][0]
+            enabled = torch.is_grad_enabled()
+        finally:
+            torch.set_grad_enabled(True)  # for the tests that follow
+        assert (raised, enabled) == (ValueError, True), module.__name__
     assert _same(
         _compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE),
         _compiled_outcomes(plain.step, POSITIVE, NEGATIVE),
     )
-    compiled = compile_and_run(rewritten.step, NEGATIVE, fullgraph=True)
-    assert (compiled.graphs, compiled.breaks) == (1, 0)
 
 
 def test_an_assert_in_a_module_that_rebinds_assertion_error_keeps_its_break(load_both):

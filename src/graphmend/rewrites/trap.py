@@ -128,6 +128,14 @@ class TrapRewrite(FunctionStatementRewriter):
                 "exception raised from inside the graph",
             )
             return None
+        if self.in_with_block:
+            self.record(
+                guards[0].site,
+                Decision.DECLINED,
+                "inside a with block, whose exit would not run for an exception raised from "
+                "inside the graph (torch.no_grad() would stay in force after the call)",
+            )
+            return None
         plans = []
         for index, guard in enumerate(guards):
             try:

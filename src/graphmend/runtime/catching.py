@@ -5,8 +5,9 @@ code can catch it.  The rewrite sees only the guard's own function (a guard insi
 its ``try`` keeps its break); the functions calling it are known only while
 TorchDynamo traces: each frame TorchDynamo inlines has its caller's translator as
 ``parent``, stopped at the call.  A call covered by an exception handler (a ``try``,
-a ``with`` whose manager is not one of torch's own, an ``except`` block) may catch
-the exception, so there the guard keeps its break, as without GraphMend.
+an ``except`` block) may catch the exception, and one in a ``with`` block expects
+the block's exit to run (the exit the graph makes is skipped: ``torch.no_grad()``
+would stay in force), so there the guard keeps its break, as without GraphMend.
 """
 
 from __future__ import annotations
@@ -46,25 +47,14 @@ def _innermost(translator_type: type) -> Any:
 
 
 def _handles(translator: Any) -> bool:
-    """Whether an exception raised by the call ``translator`` stands at would be handled
-    in its frame (by anything but a torch context manager, which never swallows one)."""
-    blocks = getattr(translator, "block_stack", [])
-    only_torch_contexts = all(_torch_context(block) for block in blocks)
+    """Whether the call ``translator`` stands at is covered by an exception handler of its
+    frame: a ``try``, an ``except`` block's clean-up, or a ``with`` block's exit (which an
+    exception raised from inside the graph would skip: ``torch.no_grad()`` would stay
+    in force)."""
     if sys.version_info < (3, 11):  # a block per try, with and except being handled
-        return not only_torch_contexts
+        return bool(getattr(translator, "block_stack", None))
     instruction = getattr(translator, "current_instruction", None)
-    entry = getattr(instruction, "exn_tab_entry", None)
-    if entry is None:
-        return False
-    # TorchDynamo's block stack holds the with blocks outside any try; a handler that is
-    # not the innermost of them is a try's (or an except block's clean-up)
-    return not blocks or entry.target is not blocks[-1].target or not only_torch_contexts
-
-
-def _torch_context(block: Any) -> bool:
-    from torch._dynamo.variables.ctx_manager import ContextWrappingVariable
-
-    return isinstance(getattr(block, "with_context", None), ContextWrappingVariable)
+    return getattr(instruction, "exn_tab_entry", None) is not None
 
 
 def _mark_constant(dynamo: Any) -> None:
