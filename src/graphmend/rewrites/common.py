@@ -236,6 +236,7 @@ class FunctionStatementRewriter:
         self.module = module
         self._scopes: list[tuple[str, ast.AST | None]] = []
         self._catching = 0
+        self._with_blocks = 0
 
     def run(self, tree: ast.Module) -> None:
         """Rewrite every function of the module in place, recording a finding per site."""
@@ -319,10 +320,11 @@ class FunctionStatementRewriter:
                 function = statement if isinstance(statement, ast.FunctionDef) else None
                 traced = function is not None and not self._never_traced(function)
                 self._scopes.append((statement.name, function))
-                catching, self._catching = self._catching, 0  # a new frame
-                # (the functions nested in one never traced are still rewritten)
+                # a new frame (the functions nested in one never traced are still rewritten)
+                outer = self._catching, self._with_blocks
+                self._catching, self._with_blocks = 0, 0
                 statement.body = self._rewrite_block(statement.body, traced)
-                self._catching = catching
+                self._catching, self._with_blocks = outer
                 self._scopes.pop()
                 rewritten.append(statement)
             elif isinstance(statement, ast.AsyncFunctionDef) or is_generated(statement):
@@ -368,11 +370,14 @@ class FunctionStatementRewriter:
             block = getattr(statement, field_name, None)
             if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
                 catching = field_name == "body" and self._catches(statement)
+                within = field_name == "body" and isinstance(statement, ast.With | ast.AsyncWith)
                 self._catching += catching
+                self._with_blocks += within
                 try:
                     setattr(statement, field_name, self._rewrite_block(block, in_function))
                 finally:
                     self._catching -= catching
+                    self._with_blocks -= within
         for holder in [*getattr(statement, "handlers", []), *getattr(statement, "cases", [])]:
             holder.body = self._rewrite_block(holder.body, in_function)
 
@@ -381,6 +386,13 @@ class FunctionStatementRewriter:
         """Whether the statement being rewritten sits where this function may catch what it
         raises (a ``try`` body, or a ``with`` whose manager could swallow exceptions)."""
         return self._catching > 0
+
+    @property
+    def in_with_block(self) -> bool:
+        """Whether the statement being rewritten sits in a ``with`` block of this function
+        (any manager: an exception raised from inside the graph skips the exit that the
+        graph itself makes, and ``torch.no_grad()`` would stay in force)."""
+        return self._with_blocks > 0
 
     def _catches(self, statement: ast.stmt) -> bool:
         if isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":

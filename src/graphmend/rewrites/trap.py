@@ -5,7 +5,8 @@
 
     @gm_cond1 = <cond, tensor parts kept on the device>
     if not (@gm_rt.lowerable(@gm_cond1)
-            and @gm_rt.lower_guard(@gm_cond1, E, [<msg parts>], True)) and @gm_cond1:
+            and @gm_rt.lower_guard(@gm_cond1, E, [<msg parts>], True, "7:f:m.py"))
+            and @gm_cond1:
         raise E(msg)                      # the original raise, when it cannot be lowered
 
 The message parts are evaluated only once ``lowerable`` has accepted the
@@ -76,6 +77,15 @@ class TrapRewrite(FunctionStatementRewriter):
     def _rewrite_assert(self, statement: ast.Assert) -> ast.stmt:
         if not self.may_hold_tensor_data(statement.test):
             return statement
+        scopes, functions = self.module.scopes, self.enclosing.functions
+        if scopes.resolve("AssertionError", functions) is not Resolution.BUILTIN:
+            # the assert statement raises the builtin, whatever the name is bound to
+            self.record(
+                statement,
+                Decision.DECLINED,
+                "AssertionError is rebound in this module, and the assert raises the builtin",
+            )
+            return statement
         message = statement.msg
         exception = ast.Name(id="AssertionError", ctx=ast.Load())
         raised = ast.Call(
@@ -118,6 +128,14 @@ class TrapRewrite(FunctionStatementRewriter):
                 "exception raised from inside the graph",
             )
             return None
+        if self.in_with_block:
+            self.record(
+                guards[0].site,
+                Decision.DECLINED,
+                "inside a with block, whose exit would not run for an exception raised from "
+                "inside the graph (torch.no_grad() would stay in force after the call)",
+            )
+            return None
         plans = []
         for index, guard in enumerate(guards):
             try:
@@ -149,6 +167,7 @@ class TrapRewrite(FunctionStatementRewriter):
                         copy.deepcopy(guard.exception),
                         ast.List(elts=message_parts, ctx=ast.Load()),
                         ast.Constant(guard.message is not None),
+                        ast.Constant(self._where(guard)),
                         *earlier,
                     ),
                 ],
@@ -171,6 +190,12 @@ class TrapRewrite(FunctionStatementRewriter):
                 "with the original message when it fails",
             )
         return dual_path(eager, body)
+
+    def _where(self, guard: _Guard) -> str:
+        """The raise's line, function and file (``line:qualname:file``): the lowered
+        guard raises from there, as the original raise does."""
+        line = guard.raise_statement.lineno
+        return f"{line}:{self.enclosing.qualname}:{self.module.filename}"
 
     def _plan(
         self, guard: _Guard, ahead_of_time: bool

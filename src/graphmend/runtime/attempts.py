@@ -35,6 +35,7 @@ import sympy
 import torch
 
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
+from graphmend.runtime.run_time_errors import reduction_of_empty
 
 
 class Attempt:
@@ -232,6 +233,13 @@ def _call(context: Any) -> None:
         raise
     except Exception as error:
         reason = f"a branch cannot be traced: {first_line(error)}"
+        site.keep_break_if_guarded(attempt, reason)
+        attempt.undo()
+        record_at(context, rewrite, reason)
+        return
+    reduction = reduction_of_empty(attempt.added())
+    if reduction is not None:
+        reason = f"a branch takes {reduction}() of a tensor that may be empty, which raises"
         site.keep_break_if_guarded(attempt, reason)
         attempt.undo()
         record_at(context, rewrite, reason)

@@ -6,7 +6,8 @@ operation in the graph that raises when the condition holds:
 * on CPU (and any device but CUDA) the custom operator
   ``graphmend::raise_if``, whose kernel raises ``E(message)`` itself, so the
   compiled call fails with the original exception type and message, under
-  every backend (eager, aot_eager, inductor);
+  every backend (eager, aot_eager, inductor), from a frame at the original
+  raise's line (the traceback ends at the user's source line);
 * on CUDA ``torch._assert_async``, which never synchronises with the host and
   so keeps CUDA graphs possible: a failing guard becomes a device-side assert,
   reported at a later synchronisation as ``RuntimeError: CUDA error:
@@ -37,6 +38,7 @@ import torch
 from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
+from graphmend.runtime.catching import caught_by_caller
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
@@ -185,12 +187,14 @@ def lower_guard(
     exception: type[BaseException],
     message: list[Piece | None],
     has_message: bool,
+    where: str,
     *earlier: Any,
 ) -> bool:
     """Put ``if condition: raise exception(message)`` into the graph; False if it cannot.
 
-    ``earlier`` are the conditions of the preceding guards of an ``if/elif``
-    chain: this guard fires only where none of them did.  When False is
+    ``where`` is the original raise's ``line:qualname:file``, where the exception is
+    raised from.  ``earlier`` are the conditions of the preceding guards of an
+    ``if/elif`` chain: this guard fires only where none of them did.  When False is
     returned the caller decides in Python, exactly as the original code.
     """
     if not lowerable(condition, *earlier):
@@ -211,6 +215,9 @@ def lower_guard(
     if effects_pending():
         declined("trap", "output or Python state changes wait for the end of the graph")
         return False
+    if caught_by_caller():
+        declined("trap", "a calling function may catch the exception, inside a try")
+        return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):
         fires = truth(condition)
@@ -226,7 +233,9 @@ def lower_guard(
         # floats travel as a float64 tensor: a float[] argument would pin a float
         # TorchDynamo made symbolic to its value, and recompile for every new one
         carried = torch.tensor(floats, dtype=torch.float64)
-        torch.ops.graphmend.raise_if(fires, path, template, ints, carried, bools, has_message)
+        torch.ops.graphmend.raise_if(
+            fires, path, template, ints, carried, bools, has_message, where
+        )
     return True
 
 
@@ -283,7 +292,7 @@ def _exception_class(path: str) -> type[BaseException] | None:
 # torch releases (2.5 and 2.6 refuse ``list[int]``).
 _SCHEMA = (
     "(Tensor cond, str exception, str template, SymInt[] ints, Tensor floats, bool[] bools, "
-    "bool has_message) -> ()"
+    "bool has_message, str where) -> ()"
 )
 
 
@@ -295,13 +304,25 @@ def _raise_if(
     floats: torch.Tensor,
     bools: list[bool],
     has_message: bool,
+    where: str,
 ) -> None:
     if not bool(cond):
         return
     exception_class = _exception_class(exception) or RuntimeError
-    if not has_message:
-        raise exception_class()
-    raise exception_class(_decode(template, ints, floats.tolist(), bools))
+    if has_message:
+        _raise_at(exception_class(_decode(template, ints, floats.tolist(), bools)), where)
+    _raise_at(exception_class(), where)
+
+
+def _raise_at(error: BaseException, where: str) -> None:
+    """Raise ``error`` from a frame at the original raise's line (``line:qualname:file``),
+    so that the traceback ends at the user's source line, as the original raise's does."""
+    line, qualname, filename = where.split(":", 2)
+    code = compile("raise error", filename, "exec", dont_inherit=True)
+    renamed: dict[str, Any] = {"co_firstlineno": int(line), "co_name": qualname.split(".")[-1]}
+    if sys.version_info >= (3, 11):
+        renamed["co_qualname"] = qualname
+    exec(code.replace(**renamed), {"error": error})
 
 
 def _no_output(*_args: Any) -> None:

@@ -1,0 +1,195 @@
+"""Python language corners in and around rewritten sites, against plain ``torch.compile``:
+the same results, exceptions (type, message, chained exception) and graph counts."""
+
+from __future__ import annotations
+
+import textwrap
+import traceback
+from typing import Any
+
+import pytest
+import torch
+
+from helpers.graphs import compile_and_run
+
+POSITIVE = torch.tensor([1.0, -2.0, 4.0])
+NEGATIVE = torch.tensor([-5.0, 1.0, 0.5])
+
+
+def _outcome(function: Any, *args: Any) -> tuple[Any, ...]:
+    """What a call shows its caller: its result, or its exception's type, message and the
+    exception it chains."""
+    try:
+        return "ok", function(*args)
+    except Exception as error:
+        return type(error), str(error), repr(error.__cause__), repr(error.__context__)
+
+
+def _compiled_outcomes(function: Any, *inputs: torch.Tensor) -> list[tuple[Any, ...]]:
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend="eager")
+    return [_outcome(compiled, x) for x in inputs]
+
+
+def _same(left: list[tuple[Any, ...]], right: list[tuple[Any, ...]]) -> bool:
+    return len(left) == len(right) and all(
+        a[0] == b[0] and (torch.equal(a[1], b[1]) if a[0] == "ok" else a == b)
+        for a, b in zip(left, right, strict=True)
+    )
+
+
+CHECK = """
+import torch
+
+def check(x):
+    if x.sum() > 0:
+        raise ValueError("positive")
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        # The callee's own source has no try: only its caller can catch what it raises,
+        # and an exception raised from inside the graph escapes the caller's handler.
+        """
+def step(x):
+    y = x * 2
+    try:
+        y = check(y)
+    except ValueError:
+        y = x - 100
+    return y
+""",
+        # Raised while the caller handles an exception, it chains that one.
+        """
+def step(x):
+    try:
+        {}["key"]
+    except KeyError:
+        return check(x * 2)
+""",
+    ],
+    ids=["try", "except"],
+)
+def test_a_guard_in_a_function_called_inside_a_callers_try_keeps_its_break(load_both, step):
+    plain, rewritten = load_both(CHECK + step)
+    expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
+    assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
+    graphs = compile_and_run(plain.step, NEGATIVE).graphs
+    assert compile_and_run(rewritten.step, NEGATIVE).graphs <= graphs
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        """
+def step(x):
+    with torch.no_grad():
+        y = check(x * 2)
+    return y
+""",
+        """
+def step(x):
+    with torch.no_grad():
+        if x.sum() > 0:
+            raise ValueError("positive")
+        y = x * 2
+    return y
+""",
+    ],
+    ids=["caller", "own"],
+)
+def test_a_guard_inside_a_with_block_leaves_the_block_as_the_original(load_both, step):
+    # Raised from inside the graph, the exception skipped the block's exit in the graph:
+    # gradients stayed off for the rest of the program.
+    plain, rewritten = load_both(CHECK + step)
+    for module in (plain, rewritten):
+        try:
+            raised = _compiled_outcomes(module.step, POSITIVE)[0][0]
+            enabled = torch.is_grad_enabled()
+        finally:
+            torch.set_grad_enabled(True)  # for the tests that follow
+        assert (raised, enabled) == (ValueError, True), module.__name__
+    assert _same(
+        _compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE),
+        _compiled_outcomes(plain.step, POSITIVE, NEGATIVE),
+    )
+
+
+def test_an_assert_in_a_module_that_rebinds_assertion_error_keeps_its_break(load_both):
+    # The assert statement raises the builtin AssertionError whatever the name is bound
+    # to; a lowered assert raised the module's class.
+    plain, rewritten = load_both("""
+        import torch
+
+        class AssertionError(Exception):
+            pass
+
+        def check(x):
+            assert x.sum() < 0, "must be negative"
+            return x + 1
+        """)
+    expected = _compiled_outcomes(plain.check, POSITIVE, NEGATIVE)
+    assert expected[0][0] is not plain.AssertionError
+    assert _same(_compiled_outcomes(rewritten.check, POSITIVE, NEGATIVE), expected)
+
+
+@pytest.mark.parametrize(
+    ("guard", "raised"),
+    [
+        ('if y.sum() > 0:\n    raise ValueError(f"positive {y.shape}")', ValueError),
+        ('assert y.sum() < 0, "positive"', AssertionError),
+    ],
+    ids=["raise", "assert"],
+)
+def test_a_lowered_guard_raises_at_the_users_line(load_rewritten, guard, raised):
+    # Raised from inside the graph, the exception's innermost frame is still the
+    # guard's line in the user's file (as where the original raise runs), not the
+    # runtime's kernel.
+    body = textwrap.indent(guard, "    ")
+    module = load_rewritten(f"import torch\n\ndef check(x):\n    y = x * 2\n{body}\n    return y\n")
+    torch._dynamo.reset()
+    with pytest.raises(raised) as error:
+        torch.compile(module.check, backend="eager", fullgraph=True)(POSITIVE)
+    frame = traceback.extract_tb(error.value.__traceback__)[-1]
+    source = guard.splitlines()[-1].strip()
+    assert (frame.filename, frame.name, frame.line) == (module.__file__, "check", source)
+
+
+@pytest.mark.parametrize("reduced", ["x[3:].max() + x", "x[3:].min(0).values.sum() + x"])
+def test_an_untaken_branch_that_reduces_an_empty_tensor_keeps_the_if(load_both, reduced):
+    # max() and min() of an empty tensor trace (their fake kernels accept it) and raise
+    # when they run: merged with torch.where, the untaken branch failed the call.
+    plain, rewritten = load_both(f"""
+        import torch
+
+        def step(x):
+            if x.sum() > 0:
+                y = x * 2
+            else:
+                y = {reduced}
+            return y
+        """)
+    expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
+    assert expected[0][0] == "ok"
+    assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
+
+
+def test_a_branch_that_reduces_a_tensor_that_is_not_empty_is_still_merged(load_both):
+    plain, rewritten = load_both("""
+        import torch
+
+        def step(x):
+            if x.sum() > 0:
+                y = x * 2
+            else:
+                y = x - x.max()
+            return y
+        """)
+    assert _same(
+        _compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE),
+        _compiled_outcomes(plain.step, POSITIVE, NEGATIVE),
+    )
+    assert compile_and_run(rewritten.step, NEGATIVE, fullgraph=True).graphs == 1
