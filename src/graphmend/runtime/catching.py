@@ -23,10 +23,7 @@ def caught_by_caller() -> bool:
     """Whether a frame that (directly or not) called the one being traced, and is traced
     with it, would handle an exception raised there (asked while tracing; marked as a
     constant-result function, so that Python runs it then)."""
-    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
-
-    translator = _innermost(InstructionTranslatorBase)
-    caller = getattr(translator, "parent", None)
+    caller = getattr(innermost_translator(), "parent", None)
     while caller is not None:
         if _handles(caller):
             return True
@@ -34,13 +31,16 @@ def caught_by_caller() -> bool:
     return False
 
 
-def _innermost(translator_type: type) -> Any:
-    """The translator running the instruction that called this function: the nearest
-    Python frame that is one of its methods."""
+def innermost_translator() -> Any:
+    """The TorchDynamo translator running the instruction that led to this call (from a
+    constant-result function, while tracing): the nearest Python frame that is one of
+    its methods; ``None`` outside TorchDynamo."""
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
     frame = sys._getframe(1)
     while frame is not None:
         candidate = frame.f_locals.get("self")
-        if isinstance(candidate, translator_type):
+        if isinstance(candidate, InstructionTranslatorBase):
             return candidate
         frame = frame.f_back
     return None

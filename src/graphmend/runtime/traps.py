@@ -38,7 +38,8 @@ import torch
 from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
-from graphmend.runtime.catching import caught_by_caller
+from graphmend.runtime import dynamo_support
+from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
@@ -218,6 +219,13 @@ def lower_guard(
     if caught_by_caller():
         declined("trap", "a calling function may catch the exception, inside a try")
         return False
+    if not _operator_kept():
+        declined(
+            "trap",
+            f"on torch {torch.__version__}, TorchInductor drops an operator with no outputs "
+            "(GraphMend's guard), and this backend may be TorchInductor",
+        )
+        return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):
         fires = truth(condition)
@@ -237,6 +245,34 @@ def lower_guard(
             fires, path, template, ints, carried, bools, has_message, where
         )
     return True
+
+
+#: From this torch release on, TorchInductor keeps an operator marked with
+#: ``torch.fx.node.has_side_effect``; torch 2.5's scheduler dropped it, as it drops any
+#: fallback operator whose outputs are unused and whose schema mutates nothing.
+_INDUCTOR_KEEPS_GUARDS = (2, 13)
+#: Backends that run the graph's operators as they are (``torch._dynamo.testing``'s
+#: counters run it so too).
+_OPERATOR_BACKENDS = ("eager", "aot_eager")
+
+
+def _operator_kept() -> bool:
+    """Whether the backend compiling the current graph keeps ``graphmend::raise_if``.
+
+    Marked as a constant-result function: it reads the backend off TorchDynamo's
+    translator while tracing.  On a torch release before :data:`_INDUCTOR_KEEPS_GUARDS`
+    only backends known to run the graph as it is are trusted (any other may hand it to
+    TorchInductor, and the guard would never fire)."""
+    release = dynamo_support.torch_release(torch.__version__)
+    if release is not None and release >= _INDUCTOR_KEEPS_GUARDS:
+        return True
+    # TorchDynamo's wrapper (WrapBackendDebug): the backend's name, and the backend
+    compiler = getattr(getattr(innermost_translator(), "output", None), "compiler_fn", None)
+    from torch._dynamo.testing import CompileCounter
+
+    if isinstance(getattr(compiler, "compiler_fn", None), CompileCounter):
+        return True
+    return getattr(compiler, "compiler_name", None) in _OPERATOR_BACKENDS
 
 
 def _asserts_on(device_type: str) -> bool:
@@ -340,6 +376,7 @@ def _define_operator(dynamo: ModuleType) -> None:
     operator.register_fake(_no_output)
     assume_constant_result(dynamo, _exception_path)
     assume_constant_result(dynamo, _asserts_on)
+    assume_constant_result(dynamo, _operator_kept)
     assume_constant_result(dynamo, _floats_pinned)
     from torch.fx.node import has_side_effect
 
