@@ -50,11 +50,11 @@ if TRANSFORMERS_4:
         # BART and BioGPT warn from forward when SDPA is asked for attention weights.
         "bart_sdpa_output_attentions": Expect(plain_fullgraph=False),
         # `if (spatial_shapes[:, 0] * spatial_shapes[:, 1]).sum() != sequence_length:
-        # raise ValueError(...)`.  Before 4.46 (no `spatial_shapes_list`) the attention
-        # also reads each level's size from the tensor (`.item()`: host reads, which
-        # fullgraph=True captures and GraphMend leaves).
+        # raise ValueError(...)`.  Before 4.50 the attention's PyTorch path also splits
+        # by level sizes read from the `spatial_shapes` tensor (host reads and data-dependent
+        # sizes, which fullgraph=True captures and GraphMend leaves).
         "grounding_dino_spatial_shapes_guard": Expect(
-            plain_fullgraph=False, one_graph=TRANSFORMERS.release >= (4, 46)
+            plain_fullgraph=False, one_graph=TRANSFORMERS.release >= (4, 50)
         ),
         # The float16 overflow clamp of the encoder layer, both outcomes.
         "bart_fp16_clamp_taken": Expect(plain_fullgraph=False),
