@@ -143,10 +143,9 @@ def _unwrap_spec_from_file_location() -> None:
 
 def _wrap_load_module() -> None:
     loader = importlib.machinery.SourceFileLoader
-    if not hasattr(loader.load_module, "__graphmend_original__"):
-        loader.load_module = claiming_load_module(  # type: ignore[method-assign]
-            loader.load_module, _current_finder
-        )
+    current = getattr(loader, "load_module", None)  # deprecated: a Python may lack it
+    if current is not None and not hasattr(current, "__graphmend_original__"):
+        loader.load_module = claiming_load_module(current, _current_finder)  # type: ignore[method-assign]
 
 
 def _unwrap_load_module() -> None:
