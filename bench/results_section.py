@@ -251,7 +251,8 @@ def render() -> list[str]:
             "Every modeling module imports",
             "Importing every `transformers.models.*.modeling_*` module under the hook "
             "(`python bench/import_all_models.py`) succeeds exactly where it succeeds without "
-            "it (the modules that do not import need TensorFlow, Flax, JAX or torchaudio):",
+            "it (the modules that do not import need TensorFlow, Flax, JAX, torchaudio or "
+            "torchvision):",
             [*(import_all_line(path) for path in import_all), ""] if import_all else [],
         ),
         END,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.machinery
 import importlib.resources
 import importlib.util
 import inspect
@@ -13,6 +14,7 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -81,6 +83,37 @@ def test_reload_goes_through_the_hook_again(write_module, cache_dir):
     reloaded = importlib.reload(module)
     assert reloaded is module
     assert isinstance(reloaded.__loader__, GraphMendLoader)
+
+
+def _load_module_as_transformers_4_40_does(name: str, path: Path) -> ModuleType:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # load_module is deprecated
+        return importlib.machinery.SourceFileLoader(name, str(path)).load_module()
+
+
+def test_a_module_loaded_with_source_file_loader_load_module_is_claimed(
+    tmp_path, cache_dir, monkeypatch
+):
+    # transformers 4.40 loads trust_remote_code modules with
+    # SourceFileLoader(name, path).load_module(), which consults neither
+    # sys.meta_path nor importlib.util.spec_from_file_location.
+    path = tmp_path / "remote_model.py"
+    path.write_text(MODULE)
+    claimed, unclaimed, later = (f"gm_remote_{os.getpid()}_{arm}" for arm in ("a", "b", "c"))
+    for name in (claimed, unclaimed, later):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    _install(claimed, later, cache_dir=cache_dir)
+    module = _load_module_as_transformers_4_40_does(claimed, path)
+    assert isinstance(module.__loader__, GraphMendLoader)
+    assert module.__spec__.loader is module.__loader__ and sys.modules[claimed] is module
+    assert hasattr(module, "_@gm_rt")
+    assert module.shout(3) == 3
+    plain = _load_module_as_transformers_4_40_does(unclaimed, path)
+    assert type(plain.__loader__) is importlib.machinery.SourceFileLoader
+    graphmend.uninstall()
+    assert "load_module" not in vars(importlib.machinery.SourceFileLoader)
+    after = _load_module_as_transformers_4_40_does(later, path)
+    assert type(after.__loader__) is importlib.machinery.SourceFileLoader
 
 
 def test_resources_of_a_claimed_package(tmp_path, monkeypatch, cache_dir):

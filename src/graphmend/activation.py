@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 import threading
@@ -11,7 +12,12 @@ from pathlib import Path
 from types import TracebackType
 
 from graphmend.config import Config
-from graphmend.importer import GraphMendFinder, GraphMendLoader, claiming_spec_from_file_location
+from graphmend.importer import (
+    GraphMendFinder,
+    GraphMendLoader,
+    claiming_load_module,
+    claiming_spec_from_file_location,
+)
 from graphmend.notices import warn
 from graphmend.patterns import ModuleMatcher
 from graphmend.rewriter import ModuleRewriter
@@ -90,6 +96,7 @@ def install_config(config: Config, *, stacklevel: int = 2) -> Installation:
         sys.meta_path.insert(0, installation.finder)
         _active = installation
         _wrap_spec_from_file_location()
+        _wrap_load_module()
     _warn_about_imported(installation, stacklevel + 1)
     return installation
 
@@ -104,6 +111,7 @@ def uninstall() -> None:
     with _lock:
         _remove_hook()
         _unwrap_spec_from_file_location()
+        _unwrap_load_module()
 
 
 def _remove_hook() -> None:
@@ -131,6 +139,22 @@ def _unwrap_spec_from_file_location() -> None:
     original = getattr(current, "__graphmend_original__", None)
     if original is not None:
         importlib.util.spec_from_file_location = original
+
+
+def _wrap_load_module() -> None:
+    loader = importlib.machinery.SourceFileLoader
+    current = getattr(loader, "load_module", None)  # deprecated: a Python may lack it
+    if current is not None and not hasattr(current, "__graphmend_original__"):
+        loader.load_module = claiming_load_module(current, _current_finder)  # type: ignore[method-assign]
+
+
+def _unwrap_load_module() -> None:
+    loader = importlib.machinery.SourceFileLoader
+    original = getattr(vars(loader).get("load_module"), "__graphmend_original__", None)
+    if original is not None:
+        del loader.load_module  # the method it inherits, unless it had its own
+        if loader.load_module is not original:
+            loader.load_module = original  # type: ignore[method-assign]
 
 
 def _warn_about_imported(installation: Installation, stacklevel: int) -> None:

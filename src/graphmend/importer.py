@@ -11,7 +11,9 @@ code: ``__file__``, ``__spec__``, ``get_source`` (so ``inspect``), resources and
 transformers loads ``trust_remote_code`` modules with
 ``importlib.util.spec_from_file_location`` and ``exec_module``, which never
 consults ``sys.meta_path``; :func:`claiming_spec_from_file_location` wraps that
-function so those modules are claimed too.
+function so those modules are claimed too.  transformers 4.40 loads them with
+``SourceFileLoader(name, path).load_module()`` (deprecated, and blind to both);
+:func:`claiming_load_module` wraps that method the same way.
 """
 
 from __future__ import annotations
@@ -115,6 +117,25 @@ def claiming_spec_from_file_location(
 
     spec_from_file_location.__graphmend_original__ = original  # type: ignore[attr-defined]
     return spec_from_file_location
+
+
+def claiming_load_module(
+    original: Callable[..., Any], finder_of: Callable[[], GraphMendFinder | None]
+) -> Callable[..., Any]:
+    """Wrap ``SourceFileLoader.load_module`` so claimed names load with our loader."""
+
+    @functools.wraps(original)
+    def load_module(self: importlib.machinery.SourceFileLoader, fullname: str | None = None) -> Any:
+        finder = finder_of()
+        if finder is not None and type(self) is importlib.machinery.SourceFileLoader:
+            spec = importlib.util.spec_from_loader(self.name, self)
+            finder.claim_spec(spec)
+            if spec is not None and isinstance(spec.loader, GraphMendLoader):
+                return original(spec.loader, fullname)
+        return original(self, fullname)
+
+    load_module.__graphmend_original__ = original  # type: ignore[attr-defined]
+    return load_module
 
 
 def find_spec_elsewhere(
