@@ -31,10 +31,20 @@ def _others_can_enter(path: Path) -> bool:
     return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.resolve().parents)
 
 
+def _others_can_run_python() -> bool:
+    """Whether another user can start this interpreter (one built in ``/root``, as pyenv
+    builds it, loads its ``libpython`` from there)."""
+    run = subprocess.run([*AS_NOBODY, sys.executable, "-c", ""], capture_output=True)
+    return run.returncode == 0
+
+
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0 and SETPRIV is not None
+
 pytestmark = [
+    pytest.mark.skipif(not AS_ROOT, reason="needs root and setpriv to act as another user"),
     pytest.mark.skipif(
-        not hasattr(os, "geteuid") or os.geteuid() != 0 or SETPRIV is None,
-        reason="needs root and setpriv to act as another user",
+        AS_ROOT and not _others_can_run_python(),
+        reason=f"another user cannot run this interpreter ({sys.executable})",
     ),
     pytest.mark.skipif(
         not _others_can_enter(Path(graphmend.__file__)),
