@@ -111,20 +111,24 @@ class Model(torch.nn.Module):
 """
 
 
-def test_breaks_left_in_resumed_frames_are_at_the_lines_plain_compile_breaks(
+def test_fallbacks_in_resumed_frames_are_reported_at_the_lines_plain_compile_breaks(
     tmp_path: Path,
 ) -> None:
     # Both sites fall back (a submodule not known to be pure): the second breaks in the
-    # frame TorchDynamo resumes after the first, whose line table it writes itself.  On
-    # Python 3.12+ the generated code's attribute loads sat on the last line of the
-    # multi-line ``if``, and that frame's breaks were reported lines too low.
+    # frame TorchDynamo resumes after the first, whose line table it writes itself.  The
+    # generated call of each site spans the ``if``'s lines: Python 3.10 placed it on its
+    # last line (the fallback was recorded there, and the report said "rewritten, but
+    # TorchDynamo broke inside it"), and on 3.12+ the resumed frame's breaks were
+    # reported lines below the user's.
     plain, mended = import_both(tmp_path, "resumed_lines", FALLING_BACK)
-    lines = []
-    for module in (plain, mended):
-        torch._dynamo.reset()
-        observed = observe(module.Model(), torch.ones(2, 4))
-        lines.append(sorted(entry.lineno for entry in observed.breaks))
-    assert lines[1] == lines[0] == [16, 20]
+    x = torch.ones(2, 4)
+    torch._dynamo.reset()
+    assert sorted(entry.lineno for entry in observe(plain.Model(), x).breaks) == [16, 20]
+    report = graphmend.report(mended.Model(), x)
+    assert sorted((entry.observed.lineno, entry.verdict) for entry in report.remaining) == [
+        (16, Verdict.FELL_BACK),
+        (20, Verdict.FELL_BACK),
+    ]
 
 
 def test_a_module_not_claimed_is_not_in_scope_and_says_what_would_change(

@@ -77,11 +77,12 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
 
     Nodes copied from the original source keep their own locations, so
     tracebacks and TorchDynamo's messages point at the user's line.  A new
-    expression lies on the first line of ``like`` only: from Python 3.12 an
-    attribute load is placed on its node's last line, so ``_@gm_rt.branch`` located
-    at a multi-line ``if`` would sit on the ``if``'s last line, and the line table
-    TorchDynamo writes for a resumed frame counts such a line change twice (the
-    breaks after it were reported lines below the user's).
+    expression lies on the first line of ``like`` only: Python 3.10 places a method
+    call, and 3.12+ an attribute load, on its node's last line, so ``_@gm_rt.branch``
+    located at a multi-line ``if`` would sit on the ``if``'s last line (a fallback
+    recorded there is not the site's), and the line table TorchDynamo writes for a
+    resumed frame counts such a line change twice (its breaks were reported lines
+    below the user's).
     """
     for child in walk(node):
         if "lineno" in child._attributes and not hasattr(child, "lineno"):
