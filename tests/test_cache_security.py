@@ -43,10 +43,6 @@ AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0 and SETPRIV is not None
 pytestmark = [
     pytest.mark.skipif(not AS_ROOT, reason="needs root and setpriv to act as another user"),
     pytest.mark.skipif(
-        AS_ROOT and not _others_can_run_python(),
-        reason=f"another user cannot run this interpreter ({sys.executable})",
-    ),
-    pytest.mark.skipif(
         not _others_can_enter(Path(graphmend.__file__)),
         reason="the checkout is in a directory other users cannot enter (mktemp -d makes "
         "it 0700), so the other user cannot import GraphMend",
@@ -99,6 +95,13 @@ def shared() -> Iterator[Path]:
     shutil.rmtree(root)
 
 
+#: For the tests that run Python as the other user.
+runs_as_nobody = pytest.mark.skipif(
+    AS_ROOT and not _others_can_run_python(),
+    reason=f"another user cannot run this interpreter ({sys.executable})",
+)
+
+
 def _as_nobody(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*AS_NOBODY, sys.executable, *args],
@@ -134,6 +137,7 @@ def _hook_env(shared: Path, cache: Path) -> dict[str, str]:
         "another-users-tag-dir-in-roots-dir",
     ],
 )
+@runs_as_nobody
 def test_planted_entry_never_runs(shared, precreated, attacker_mode, then, blamed):
     cache = shared / "gm-cache"
     if precreated is not None:
@@ -181,6 +185,7 @@ def test_another_users_link_to_a_directory_of_ours_is_not_followed(shared):
     assert list(ours.iterdir()) == []
 
 
+@runs_as_nobody
 def test_root_warmed_cache_serves_another_user(shared):
     cache = shared / "warmed"
     env = _hook_env(shared, cache)
@@ -208,6 +213,7 @@ def test_root_warmed_cache_serves_another_user(shared):
     assert "Access.READ_ONLY" in check.stdout, check.stderr[-2000:]
 
 
+@runs_as_nobody
 def test_cache_made_by_the_hook_is_private(shared):
     cache = shared / "private"
     made = run_python("-c", IMPORT_BOTH, env=_hook_env(shared, cache))
