@@ -31,11 +31,17 @@ def _others_can_enter(path: Path) -> bool:
     return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.resolve().parents)
 
 
+def _others_can_run_python() -> bool:
+    """Whether another user can start this interpreter (one built in ``/root``, as pyenv
+    builds it, loads its ``libpython`` from there)."""
+    run = subprocess.run([*AS_NOBODY, sys.executable, "-c", ""], capture_output=True)
+    return run.returncode == 0
+
+
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0 and SETPRIV is not None
+
 pytestmark = [
-    pytest.mark.skipif(
-        not hasattr(os, "geteuid") or os.geteuid() != 0 or SETPRIV is None,
-        reason="needs root and setpriv to act as another user",
-    ),
+    pytest.mark.skipif(not AS_ROOT, reason="needs root and setpriv to act as another user"),
     pytest.mark.skipif(
         not _others_can_enter(Path(graphmend.__file__)),
         reason="the checkout is in a directory other users cannot enter (mktemp -d makes "
@@ -89,6 +95,13 @@ def shared() -> Iterator[Path]:
     shutil.rmtree(root)
 
 
+#: For the tests that run Python as the other user.
+runs_as_nobody = pytest.mark.skipif(
+    AS_ROOT and not _others_can_run_python(),
+    reason=f"another user cannot run this interpreter ({sys.executable})",
+)
+
+
 def _as_nobody(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*AS_NOBODY, sys.executable, *args],
@@ -124,6 +137,7 @@ def _hook_env(shared: Path, cache: Path) -> dict[str, str]:
         "another-users-tag-dir-in-roots-dir",
     ],
 )
+@runs_as_nobody
 def test_planted_entry_never_runs(shared, precreated, attacker_mode, then, blamed):
     cache = shared / "gm-cache"
     if precreated is not None:
@@ -171,6 +185,7 @@ def test_another_users_link_to_a_directory_of_ours_is_not_followed(shared):
     assert list(ours.iterdir()) == []
 
 
+@runs_as_nobody
 def test_root_warmed_cache_serves_another_user(shared):
     cache = shared / "warmed"
     env = _hook_env(shared, cache)
@@ -198,6 +213,7 @@ def test_root_warmed_cache_serves_another_user(shared):
     assert "Access.READ_ONLY" in check.stdout, check.stderr[-2000:]
 
 
+@runs_as_nobody
 def test_cache_made_by_the_hook_is_private(shared):
     cache = shared / "private"
     made = run_python("-c", IMPORT_BOTH, env=_hook_env(shared, cache))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 
@@ -13,6 +14,8 @@ from graphmend import GraphMendWarning
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
 from helpers.graphs import compile_and_run
+
+TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
 
 PRINTS = """
 import sys
@@ -104,8 +107,17 @@ def test_logging_and_warnings_in_inlined_submodules_keep_every_record(load_rewri
     assert torch.equal(compiled.result, expected)
     assert len(eager_records) == 4
     assert _records(caplog) == eager_records
-    assert [(w.category, str(w.message), w.filename, w.lineno) for w in compiled_warnings] == [
-        (w.category, str(w.message), w.filename, w.lineno) for w in eager_warnings
+    assert _model_warnings(compiled_warnings) == _model_warnings(eager_warnings)
+    assert len(_model_warnings(eager_warnings)) == 2
+
+
+def _model_warnings(caught: list[warnings.WarningMessage]) -> list[tuple[object, ...]]:
+    """The warnings the model's code issued, without torch's own (on Python 3.13.0 every
+    compile warns that its guards may run slower)."""
+    return [
+        (w.category, str(w.message), w.filename, w.lineno)
+        for w in caught
+        if not w.filename.startswith(TORCH_DIRECTORY)
     ]
 
 

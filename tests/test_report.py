@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import graphmend
+from graphmend.breaks import observe
 from graphmend.reporting import Report, Verdict
-from helpers.modules import import_plain, import_rewritten
+from helpers.modules import import_both, import_plain, import_rewritten
 from helpers.processes import offline_model_environment, run_python
 
 PROBE = Path(__file__).parent / "helpers" / "report_probe.py"
@@ -81,6 +82,53 @@ def test_each_remaining_break_has_graphmend_decision_and_reason(tmp_path: Path) 
     opted_out = entries["if x.max() > 0:"]
     assert opted_out.verdict is Verdict.LEFT_ALONE and "do_not_rewrite" in opted_out.why
     assert all(entry.hint for entry in report.remaining)
+
+
+FALLING_BACK = """
+import torch
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = Gate()
+
+    def forward(self, x):
+        if x.sum() > 0:
+            x = self.gate(x)
+        else:
+            x = x - 1
+        if x.mean() > 0:
+            x = self.gate(x)
+        else:
+            x = x + 1
+        return x
+"""
+
+
+def test_fallbacks_in_resumed_frames_are_reported_at_the_lines_plain_compile_breaks(
+    tmp_path: Path,
+) -> None:
+    # Both sites fall back (a submodule not known to be pure): the second breaks in the
+    # frame TorchDynamo resumes after the first, whose line table it writes itself.  The
+    # generated call of each site spans the ``if``'s lines: Python 3.10 placed it on its
+    # last line (the fallback was recorded there, and the report said "rewritten, but
+    # TorchDynamo broke inside it"), and on 3.12+ the resumed frame's breaks were
+    # reported lines below the user's.
+    plain, mended = import_both(tmp_path, "resumed_lines", FALLING_BACK)
+    x = torch.ones(2, 4)
+    torch._dynamo.reset()
+    assert sorted(entry.lineno for entry in observe(plain.Model(), x).breaks) == [16, 20]
+    report = graphmend.report(mended.Model(), x)
+    assert sorted((entry.observed.lineno, entry.verdict) for entry in report.remaining) == [
+        (16, Verdict.FELL_BACK),
+        (20, Verdict.FELL_BACK),
+    ]
 
 
 def test_a_module_not_claimed_is_not_in_scope_and_says_what_would_change(

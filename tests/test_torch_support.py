@@ -40,7 +40,8 @@ def test_model_code_imports_through_the_hook(tmp_path):
         "-c",
         "import sys, transformers.models.llama.modeling_llama, torch._dynamo,"
         " graphmend.runtime.traps as t;"
-        "print(sum(hasattr(m, '_@gm_rt') for m in list(sys.modules.values())), t._operator_ready)",
+        "print(sum('_@gm_rt' in getattr(m, '__dict__', ()) for m in list(sys.modules.values())),"
+        " t._operator_ready)",
         env={"GRAPHMEND": "1", "GRAPHMEND_CACHE_DIR": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr

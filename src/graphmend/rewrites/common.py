@@ -76,11 +76,19 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
     """Give every new node in ``node`` the source location of ``like``.
 
     Nodes copied from the original source keep their own locations, so
-    tracebacks and TorchDynamo's messages point at the user's line.
+    tracebacks and TorchDynamo's messages point at the user's line.  A new
+    expression lies on the first line of ``like`` only: Python 3.10 places a method
+    call, and 3.12+ an attribute load, on its node's last line, so ``_@gm_rt.branch``
+    located at a multi-line ``if`` would sit on the ``if``'s last line (a fallback
+    recorded there is not the site's), and the line table TorchDynamo writes for a
+    resumed frame counts such a line change twice (its breaks were reported lines
+    below the user's).
     """
     for child in walk(node):
         if "lineno" in child._attributes and not hasattr(child, "lineno"):
             ast.copy_location(child, like)
+            if isinstance(child, ast.expr) and child.end_lineno not in (None, child.lineno):
+                child.end_lineno, child.end_col_offset = child.lineno, child.col_offset
     return node
 
 
