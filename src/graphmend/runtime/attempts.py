@@ -131,6 +131,14 @@ class Site:
         if guard is not None and not self.one_graph:
             self.keep_break(f"tracing it pins a dynamic size to one size ({guard})")
 
+    def abandon(self, context: Any, rewrite: str, attempt: Attempt, reason: str) -> None:
+        """Give up ``attempt``: restart the analysis if it left guards or graph inputs
+        (:meth:`keep_break_if_guarded`), else undo it; ``reason`` is recorded for
+        ``rewrite``, and the original code runs."""
+        self.keep_break_if_guarded(attempt, reason)
+        attempt.undo()
+        record_at(context, rewrite, reason)
+
     def keep_break_if_guarded(self, attempt: Attempt, reason: str) -> None:
         """Keep the break (:meth:`keep_break`) if the failed attempt left guards or graph
         inputs behind; otherwise the caller undoes it."""
@@ -233,16 +241,12 @@ def _call(context: Any) -> None:
         raise
     except Exception as error:
         reason = f"a branch cannot be traced: {first_line(error)}"
-        site.keep_break_if_guarded(attempt, reason)
-        attempt.undo()
-        record_at(context, rewrite, reason)
+        site.abandon(context, rewrite, attempt, reason)
         return
     reduction = reduction_of_empty(attempt.added())
     if reduction is not None:
         reason = f"a branch takes {reduction}() of a tensor that may be empty, which raises"
-        site.keep_break_if_guarded(attempt, reason)
-        attempt.undo()
-        record_at(context, rewrite, reason)
+        site.abandon(context, rewrite, attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
     tracer.symbolic_locals["result"] = result

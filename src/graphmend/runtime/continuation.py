@@ -129,9 +129,7 @@ def _capture(context: Any) -> None:
         raise
     except Exception as error:  # anything else: cond cannot capture the branches
         reason = f"torch.cond cannot capture it: {first_line(error)}"
-        site.keep_break_if_guarded(attempt, reason)
-        attempt.undo()
-        record_at(context, "continuation", reason)
+        site.abandon(context, "continuation", attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
     try:
@@ -139,9 +137,7 @@ def _capture(context: Any) -> None:
             cond_layout.pin_operands(attempt.graph, cond, versions)
     except cond_layout.Unpinnable as error:
         reason = f"TorchInductor could not run the torch.cond: {error}"
-        site.keep_break_if_guarded(attempt, reason)
-        attempt.undo()
-        record_at(context, "continuation", reason)
+        site.abandon(context, "continuation", attempt, reason)
         return
     frame_locals["merged"] = result
 

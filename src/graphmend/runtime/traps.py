@@ -217,7 +217,11 @@ def lower_guard(
         declined("trap", "output or Python state changes wait for the end of the graph")
         return False
     if caught_by_caller():
-        declined("trap", "a calling function may catch the exception, inside a try")
+        declined(
+            "trap",
+            "a calling function may catch the exception or needs a with block's exit "
+            "(the call is inside its try, except or with)",
+        )
         return False
     if not _operator_kept():
         declined(
