@@ -182,3 +182,37 @@ def test_a_closure_made_in_the_rest_is_continued() -> None:
     assert [f.decision.value for f in result.findings if f.rewrite == "continuation"] == [
         "rewritten"
     ]
+
+
+#: The function's result is its caller's own tensor in one branch.
+RETURNS_ITS_ARGUMENT = """
+import torch
+
+def g(x):
+    if x.sum() > 0:
+        return x
+    return x[:1] * 2
+
+def f(x):
+    y = g(x)
+    y.add_(1)
+    return y
+"""
+
+
+def test_a_result_that_is_the_callers_tensor_stays_it(load_both) -> None:
+    # torch.cond's results are copies: updated in place by the caller, or returned
+    # with the argument they were, they would be told apart from it (runtime/aliasing.py).
+    plain, mended = load_both(RETURNS_ITS_ARGUMENT)
+    for x in (POSITIVE, NEGATIVE):
+        eager_x, compiled_x = x.clone(), x.clone()
+        expected = plain.f(eager_x)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            result = torch.compile(mended.f, backend="eager")(compiled_x)
+        assert torch.equal(result, expected)
+        assert torch.equal(compiled_x, eager_x)
+    torch._dynamo.reset()
+    x = POSITIVE.clone()
+    with torch.no_grad():
+        assert torch.compile(mended.g, backend="eager")(x) is x

@@ -610,7 +610,7 @@ def test_torch_import_under_type_checking_is_not_the_anchor():
     def f(x):
         if x.sum() > 0:
             x = x * 2
-        return x
+        return x + 1
     """
     original, rewritten, _ = _modules(source)
     torch._dynamo.reset()

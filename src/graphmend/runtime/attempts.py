@@ -53,6 +53,7 @@ class Attempt:
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
         self.installed = self._installed()
+        self.checks = len(getattr(tracer.output, _CHECKS, ()))
 
     def _installed(self) -> tuple[int, int, int]:
         """How many guards and size guards TorchDynamo holds, and how many graph inputs."""
@@ -79,6 +80,7 @@ class Attempt:
                 self.tracer.output.remove_node(node)
         self.tracer.output.side_effects = self.side_effects
         del self.tracer.debug_locals[self.deferred :]
+        del getattr(self.tracer.output, _CHECKS, [])[self.checks :]
 
     def pinned_size(self) -> str | None:
         """A guard the attempt installed that holds for one value of a symbolic size
@@ -102,6 +104,11 @@ class Attempt:
 
 #: The attribute of a speculation log entry that marks a site to keep its break.
 _KEPT = "graphmend_keeps_break"
+#: The attribute of the ``OutputGraph`` being traced that lists the checks to make before
+#: it is compiled (:func:`check_before_compiling`).
+_CHECKS = "graphmend_checks_before_compiling"
+#: The attribute of a site's runtime function's tracer that holds its :class:`Site`.
+_OPENED = "graphmend_opened_site"
 #: Restarts GraphMend asks for in one compile of a frame, at most: TorchDynamo gives up
 #: the frame after 100 restarts (its own, one per graph break, count too).
 _MOST_RESTARTS = 16
@@ -191,6 +198,35 @@ def _open(context: Any) -> None:
         return
     caller = tracer.parent  # the site's runtime function, whose declines are recorded
     setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
+    setattr(caller, _OPENED, site)
+
+
+def opened_site(caller: Any) -> Site | None:
+    """The site the runtime function ``caller`` (its tracer) opened with :func:`open_site`."""
+    return getattr(caller, _OPENED, None)
+
+
+def check_before_compiling(output: Any, check: Callable[[list[Any]], None]) -> None:
+    """Call ``check`` with the graph's results (TorchDynamo's variables) when ``output``,
+    the graph being traced, is about to be compiled; the check may restart the analysis
+    (:meth:`Site.keep_break`).  An attempt's undo drops the checks it added.
+
+    The one ``OutputGraph``'s ``compile_and_call_fx_graph`` is wrapped, not its class's
+    (an internal of the releases GraphMend is tested with, as ``tracer.output`` is);
+    raises ``AttributeError`` where it is missing."""
+    checks = getattr(output, _CHECKS, None)
+    if checks is None:
+        compile_graph = output.compile_and_call_fx_graph
+        checks = []
+
+        def compile_and_call_fx_graph(tx: Any, rv: list[Any], root: Any) -> Any:
+            for each in checks:
+                each(rv)
+            return compile_graph(tx, rv, root)
+
+        output.compile_and_call_fx_graph = compile_and_call_fx_graph
+        setattr(output, _CHECKS, checks)
+    checks.append(check)
 
 
 def tracer_control() -> tuple[type[BaseException], ...]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from graphmend.runtime import cond_layout
+from graphmend.runtime import aliasing, cond_layout
 from graphmend.runtime.attempts import Attempt, Site, first_line, tracer_control
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined, record_at
@@ -132,11 +132,21 @@ def _capture(context: Any) -> None:
         site.abandon(context, "continuation", attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
+    conds = attempt.added(torch.ops.higher_order.cond)
     try:
-        for cond in attempt.added(torch.ops.higher_order.cond):
+        returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
+        for cond in conds:
             cond_layout.pin_operands(attempt.graph, cond, versions)
+    except (AttributeError, KeyError) as error:
+        reason = f"this torch release is not supported ({error})"
+        site.abandon(context, "continuation", attempt, reason)
+        return
     except cond_layout.Unpinnable as error:
         reason = f"TorchInductor could not run the torch.cond: {error}"
+        site.abandon(context, "continuation", attempt, reason)
+        return
+    if returned and not aliasing.record(tracer, site, aliasing.fakes(result), returned):
+        reason = "this torch release cannot check how its results alias"
         site.abandon(context, "continuation", attempt, reason)
         return
     frame_locals["merged"] = result

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphmend.runtime.aliasing import watch
 from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined
@@ -196,6 +197,13 @@ def branch(
         if not (isinstance(target, torch.Tensor) and _same_metadata(target, update)):
             declined("predicate", "{0} cannot be written into {1}", update, target)
             return None
+    selected = [position for position, is_tensor in enumerate(plan[:count]) if is_tensor]
+    if not watch(
+        tuple(merged[i] for i in selected),
+        tuple(v for i in selected for v in (then_values[i], else_values[i])),
+    ):
+        declined("predicate", "this torch release cannot check the merge's aliasing")
+        return None
     for target, update in zip(in_place, merged[count:], strict=True):
         target.copy_(update)
     return merged[:count]

@@ -1,0 +1,199 @@
+"""A merged tensor must not be told apart from the branch's own: checked when the graph ends.
+
+T1 gives a name the tensor ``torch.where`` (or ``torch.cond``) makes, where the
+original gives it the branch's own tensor, often one that existed before the
+``if`` (``else: y = x``, ``y = x[0]``).  The values are equal; the tensors are
+not the same.  A program can tell only by updating one of them in place and
+reading the other, or by getting both:
+
+* an update after the ``if``, anywhere in the graph (``g(y)`` whose callee does
+  ``t.add_(1)``, a caller's ``f(x).add_(1)``), of the merged tensor, of a
+  branch's tensor, or of a view or base of either (they share a version
+  counter, which a traced in-place update bumps in the fake tensor too);
+* the merged tensor leaving the graph while a branch's tensor, or one sharing
+  its memory, is a graph input or leaves it too: the caller holds two tensors
+  where the original holds one, and may update either after the call.
+
+Neither can be seen at the site, so :func:`watch` records what it merged, and
+when TorchDynamo is about to compile the graph each record is checked.  A merge
+the program could tell apart restarts the frame's analysis with the site running
+its original code (:meth:`attempts.Site.keep_break`), and its graph break.  The
+check wraps the ``compile_and_call_fx_graph`` method of the one ``OutputGraph``
+being traced, not the class; the method and its ``(tx, rv, root)`` arguments are
+TorchDynamo internals, looked up on the releases GraphMend is tested with (2.5
+and 2.13): where they are missing, nothing is merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from graphmend.runtime import attempts
+
+
+@dataclass
+class _Merge:
+    """A merge in the graph being traced: the fake tensors the original could have
+    aliased, with their versions when the merge was made."""
+
+    site: attempts.Site
+    merged: list[torch.Tensor]
+    branches: list[torch.Tensor]
+    versions: list[int]
+    graph: torch.fx.Graph
+
+    def __call__(self, results: list[Any]) -> None:
+        """Restart the analysis, the site keeping its break, if the program could tell
+        the merged tensors from the branches' by the end of the graph."""
+        reason = self.why_seen(results)
+        if reason is not None:
+            self.site.keep_break(reason)
+            # past GraphMend's restarts for this compile: the frame runs as it is
+            from torch._dynamo import exc
+
+            raise exc.SkipFrame(f"GraphMend: {reason}")
+
+    def why_seen(self, results: list[Any]) -> str | None:
+        """How the program could tell the merged tensors from the branches', or ``None``."""
+        watched = self.merged + self.branches
+        if any(t._version != v for t, v in zip(watched, self.versions, strict=True)):
+            return (
+                "a merged tensor, or a tensor a branch gives, is updated in place after the "
+                "if: the original updates one tensor, the merge holds two"
+            )
+        outputs = _storages(_example(proxy) for proxy in _proxies(results))
+        if not _storages(self.merged) & outputs:
+            return None
+        inputs = _storages(
+            node.meta.get("example_value")
+            for node in self.graph.nodes
+            if node.op in ("placeholder", "get_attr")
+        )
+        if _storages(self.branches) & (inputs | outputs):
+            return (
+                "a merged tensor leaves the graph, and a tensor a branch gives is the "
+                "caller's or leaves it too: the caller would hold two tensors where the "
+                "original holds one"
+            )
+        return None
+
+
+def watch(merged: Sequence[Any], branches: Sequence[Any]) -> bool:
+    """Record ``merged`` (the tensors a site's runtime function made) and ``branches``
+    (the branches' own tensors in those places) for the check before the graph is
+    compiled; False (nothing recorded) where this torch's tracer does not have the
+    internals it needs, and the caller runs the original code.  Called only while
+    tracing, after :func:`attempts.open_site`."""
+    recorded = False  # set by _watch while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_watch)
+    return recorded
+
+
+def _watch(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`watch`."""
+    try:
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        site = attempts.opened_site(tracer.parent)
+        merged = fakes(context.get_local("merged"))
+        branches = fakes(context.get_local("branches"))
+        from torch._dynamo.variables import ConstantVariable
+    except (AttributeError, KeyError, TypeError):
+        return  # a release without these internals
+    if site is not None and record(tracer, site, merged, branches):
+        tracer.symbolic_locals["recorded"] = ConstantVariable.create(True)
+
+
+def record(
+    tracer: Any, site: attempts.Site, merged: list[torch.Tensor], branches: list[torch.Tensor]
+) -> bool:
+    """From a ``comptime`` hook: check, before ``tracer``'s graph is compiled, that the
+    program cannot tell ``merged`` from ``branches`` (fake tensors); False where that
+    cannot be checked (an inference tensor's version, an internal missing)."""
+    try:
+        versions = [tensor._version for tensor in (*merged, *branches)]
+        merge = _Merge(site, merged, branches, versions, tracer.output.graph)
+        attempts.check_before_compiling(tracer.output, merge)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def fakes(variable: Any) -> list[torch.Tensor]:
+    """The fake tensors in a traced value (a tensor, or tuples and lists of values),
+    from a ``comptime`` hook's local or a TorchDynamo variable."""
+    if hasattr(variable, "_i_will_not_complain_if_bc_breaks_VariableTracker"):
+        variable = variable._i_will_not_complain_if_bc_breaks_VariableTracker()
+    if isinstance(getattr(variable, "items", None), list):
+        return [fake for item in variable.items for fake in fakes(item)]
+    try:
+        kind = variable.python_type()
+    except NotImplementedError:  # a value of no one type (a tensor has one)
+        return []
+    if isinstance(kind, type) and issubclass(kind, torch.Tensor):
+        fake = _example(variable.as_proxy())
+        return [] if fake is None else [fake]
+    return []
+
+
+def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
+    """The tensors (fake) a branch of ``cond``, just traced, may return or return a view
+    of: its operands, and what its subgraph reads as a constant (a parameter).  The
+    branches return copies (``torch.cond`` refuses aliases); the original returns
+    these.  All the operands where a subgraph does not say."""
+    operands = [_example_of(node) for node in cond.args[-1]]
+    returned: list[torch.Tensor] = []
+    for branch in cond.args[1:3]:
+        graph = output.nn_modules[branch.target].graph
+        inputs = [node for node in graph.nodes if node.op in ("placeholder", "get_attr")]
+        (results,) = next(node for node in graph.nodes if node.op == "output").args
+        sources = [_copied(node) for node in results]
+        if any("example_value" not in node.meta for node in (*inputs, *sources)):
+            return [operand for operand in operands if operand is not None]
+        aliased = _storages(_example_of(node) for node in sources)
+        placeholders = [node for node in inputs if node.op == "placeholder"]
+        for node in inputs:
+            value = _example_of(node)
+            if value is None or StorageWeakRef(value.untyped_storage()) not in aliased:
+                continue
+            returned.append(value)
+            if node in placeholders and placeholders.index(node) < len(operands):
+                returned += [operands[placeholders.index(node)]]
+    return [tensor for tensor in returned if tensor is not None]
+
+
+def _copied(node: Any) -> Any:
+    """What ``node`` copies, if it is a ``clone``; else ``node``."""
+    if getattr(node, "target", None) in (torch.clone, torch.Tensor.clone):
+        return node.args[0]
+    return node
+
+
+def _example_of(node: Any) -> torch.Tensor | None:
+    value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _proxies(variables: Iterable[Any]) -> list[Any]:
+    return [
+        leaf
+        for variable in variables
+        for leaf in torch.utils._pytree.tree_leaves(variable.as_proxy())
+        if isinstance(leaf, torch.fx.Proxy)
+    ]
+
+
+def _example(proxy: Any) -> torch.Tensor | None:
+    return _example_of(proxy.node) if isinstance(proxy, torch.fx.Proxy) else None
+
+
+def _storages(tensors: Iterable[Any]) -> set[StorageWeakRef]:
+    return {
+        StorageWeakRef(tensor.untyped_storage())
+        for tensor in tensors
+        if isinstance(tensor, torch.Tensor)
+    }
