@@ -196,9 +196,9 @@ if __name__ == "__main__":
 SUBJECT = """
 import torch
 
-
 class Model(torch.nn.Module):
     def forward(self, x):
+        x = x + 1  # merged, x is not the caller's tensor: test_predicate's aliasing tests
         if x.sum() > 0:
             x = x * 2
         if x.mean() > 0:
