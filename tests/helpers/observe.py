@@ -40,6 +40,9 @@ class Observed:
     input_after: torch.Tensor  # the caller's tensor after the call
     state: dict[str, torch.Tensor]  # the module's buffers after the call
     events: list[Event]  # printed text, log records and warnings, in order
+    # per tensor of the output: whether it is (a view of) the caller's tensor, which
+    # the caller would see updated by updating it
+    shares_input: tuple[bool, ...]
 
 
 @dataclass
@@ -113,14 +116,15 @@ def _call(
 ) -> Observed:
     x = call.tensor()
     events: list[Event] = []
-    result, error = None, None
+    result, error, shares = None, None, ()
     with _capture(logger, events), torch.set_grad_enabled(grad):
         try:
-            result = _clone(function(x, call.t))
+            output = function(x, call.t)
+            result, shares = _clone(output), _shares(output, x)
         except Exception as exception:
             error = (type(exception).__name__, str(exception))
     state = {name: value.detach().clone() for name, value in module.named_buffers()}
-    return Observed(result, error, x.clone(), state, _merge_prints(events))
+    return Observed(result, error, x.clone(), state, _merge_prints(events), shares)
 
 
 @contextlib.contextmanager
@@ -167,6 +171,15 @@ def _merge_prints(events: list[Event]) -> list[Event]:
     return merged
 
 
+def _shares(value: Any, tensor: torch.Tensor) -> tuple[bool, ...]:
+    """For each tensor in ``value``, whether it shares ``tensor``'s memory."""
+    if isinstance(value, torch.Tensor):
+        return (value.untyped_storage()._cdata == tensor.untyped_storage()._cdata,)
+    if isinstance(value, tuple | list):
+        return tuple(shared for item in value for shared in _shares(item, tensor))
+    return ()
+
+
 def _clone(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
@@ -208,7 +221,7 @@ def differences(references: Mapping[str, Run], actual: Run) -> list[str]:
     label: plain eager, plain compiled) shows, call by call."""
     found = []
     for index, observed in enumerate(actual.calls):
-        for field in ("error", "result", "input_after", "state", "events"):
+        for field in ("error", "result", "input_after", "state", "events", "shares_input"):
             wanted = {label: getattr(run.calls[index], field) for label, run in references.items()}
             got = getattr(observed, field)
             if not any(same(want, got) for want in wanted.values()):

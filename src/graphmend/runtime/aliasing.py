@@ -144,26 +144,30 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
     """The tensors (fake) a branch of ``cond``, just traced, may return or return a view
     of: its operands, and what its subgraph reads as a constant (a parameter).  The
     branches return copies (``torch.cond`` refuses aliases); the original returns
-    these.  All the operands where a subgraph does not say."""
+    these.  All the operands where a subgraph does not say.
+
+    A subgraph's inputs are its operands in order; TorchDynamo 2.5 gives them no fake
+    tensor of their own, and traces the branch on the operands' own."""
     operands = [_example_of(node) for node in cond.args[-1]]
     returned: list[torch.Tensor] = []
     for branch in cond.args[1:3]:
         graph = output.nn_modules[branch.target].graph
-        inputs = [node for node in graph.nodes if node.op in ("placeholder", "get_attr")]
+        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+        constants = [node for node in graph.nodes if node.op == "get_attr"]
         (results,) = next(node for node in graph.nodes if node.op == "output").args
         sources = [_copied(node) for node in results]
-        if any("example_value" not in node.meta for node in (*inputs, *sources)):
+        if len(placeholders) != len(operands) or any(
+            "example_value" not in node.meta for node in (*constants, *sources)
+        ):
             return [operand for operand in operands if operand is not None]
         aliased = _storages(_example_of(node) for node in sources)
-        placeholders = [node for node in inputs if node.op == "placeholder"]
-        for node in inputs:
-            value = _example_of(node)
-            if value is None or StorageWeakRef(value.untyped_storage()) not in aliased:
-                continue
-            returned.append(value)
-            if node in placeholders and placeholders.index(node) < len(operands):
-                returned += [operands[placeholders.index(node)]]
-    return [tensor for tensor in returned if tensor is not None]
+        inputs = [(_example_of(node), operands[i]) for i, node in enumerate(placeholders)]
+        inputs += [(_example_of(node), None) for node in constants]
+        for own, operand in inputs:
+            candidates = [tensor for tensor in (own, operand) if tensor is not None]
+            if _storages(candidates) & aliased:
+                returned += candidates
+    return returned
 
 
 def _copied(node: Any) -> Any:
