@@ -234,6 +234,13 @@ COUNTEREXAMPLES = {
         (Call(((-1.0, 0.0, -3.0, 0.0), (0.5, 0.0, 0.5, 2.0)), 2.5),),
         grad=False,
     ),
+    # Found by the harness once it compared which results share the caller's tensor:
+    # the merged x was a new tensor where the original returns the caller's.
+    "merged-result-returned-for-the-callers-tensor": Program(
+        "if x.norm() > 0.0:\n    x = x / 2\nreturn (x, self.buf)\n",
+        (Call(((-1.0, 2.0, 0.5, -1.0),), 3.5), Call(((0.0, 0.0, 0.0, 0.0),), 1.5)),
+        grad=False,
+    ),
     "declined-conditional-expression-shapes": Program(
         "x = torch.cat([x, x]) if x.abs().max() < 0.5 else -x\nreturn x\n", STATIC
     ),
