@@ -210,6 +210,35 @@ def test_inductor_raises_the_original_exception(guards):
     assert bool(dropped) is not kept
 
 
+ASSERT_UNDER_GRAD = """
+import torch
+
+def check(x):
+    assert (x >= 0).all(), "negative in assert"
+    return x + 1
+
+def graded(x):
+    return torch.func.grad(lambda a: check(a).sum())(x)
+"""
+
+
+def test_under_fullgraph_an_assert_that_cannot_be_lowered_stays_an_assert(load_both):
+    # torch.func.grad calls the function inside a with block, so GraphMend keeps the
+    # guard; its fallback was `if cond: raise AssertionError(...)`, a data-dependent
+    # branch, where TorchDynamo turns the assert itself into torch._assert_async:
+    # plain compiled this in one graph, GraphMend failed it under fullgraph=True.
+    outcomes = []
+    for module in load_both(ASSERT_UNDER_GRAD):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.graded, backend=counter, fullgraph=True)
+        result = compiled(torch.ones(3))
+        with pytest.raises(RuntimeError, match="negative in assert"):
+            compiled(-torch.ones(3))
+        outcomes.append((result.tolist(), counter.frame_count))
+    assert outcomes[1] == outcomes[0] == ([1.0, 1.0, 1.0], 1)
+
+
 def test_message_that_needs_tensor_data_keeps_the_break(load_rewritten):
     module = load_rewritten(
         """

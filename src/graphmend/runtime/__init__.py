@@ -31,7 +31,14 @@ from graphmend.runtime.deferral import (
 )
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
 from graphmend.runtime.selection import assign_item, branch
-from graphmend.runtime.traps import exact_text, lower_guard, lowerable, names_formattable, text
+from graphmend.runtime.traps import (
+    exact_text,
+    lower_guard,
+    lowerable,
+    names_formattable,
+    one_graph,
+    text,
+)
 
 #: True while TorchDynamo traces the caller (folded to a constant by it), False
 #: when the code runs eagerly.
@@ -58,6 +65,7 @@ __all__ = [
     "metadata",
     "names_formattable",
     "not_",
+    "one_graph",
     "rebuild",
     "render",
     "sequence",
