@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
+from graphmend import runtime
 from graphmend.notices import GraphMendWarning
 from graphmend.runtime import dynamo_support, traps
 from helpers.processes import run_python
@@ -186,15 +189,14 @@ def test_non_strict_export_lowers_a_guard_no_caller_catches(load_rewritten):
         program.module()(-torch.ones(3))
 
 
-def test_a_guard_run_eagerly_while_another_thread_compiles_raises_as_written(load_rewritten):
-    # torch.compiler.is_compiling() is true in every thread while one compiles: the
-    # eager call took the tracing path and raised from GraphMend's operator.
-    module = load_rewritten(CAUGHT_BY_A_CALLER)
+@contextlib.contextmanager
+def _another_thread_compiling() -> Iterator[None]:
+    """Another thread stays inside a compile (its backend waits) while the block runs."""
     inside, release = threading.Event(), threading.Event()
 
     def waiting_backend(graph: torch.fx.GraphModule, _inputs: list) -> Callable[..., Any]:
         inside.set()
-        release.wait(30)
+        release.wait(10)
         return graph.forward
 
     compiling = threading.Thread(
@@ -205,13 +207,47 @@ def test_a_guard_run_eagerly_while_another_thread_compiles_raises_as_written(loa
         assert inside.wait(30)
         if not torch.compiler.is_compiling():
             pytest.skip(f"torch {torch.__version__} sets is_compiling() only while tracing")
-        with pytest.raises(ValueError, match="negative input") as caught:
-            module.check(-torch.ones(3))
+        yield
     finally:
         release.set()
         compiling.join()
+
+
+# torch.compiler.is_compiling() is true in every thread while one compiles (torch 2.13).
+
+
+def test_code_run_eagerly_while_another_thread_compiles_runs_as_written(load_rewritten):
+    # The eager call took the tracing path and raised from GraphMend's operator.
+    module = load_rewritten(CAUGHT_BY_A_CALLER)
+    with _another_thread_compiling():
+        assert not runtime.tracing()
+        with pytest.raises(ValueError, match="negative input") as caught:
+            module.check(-torch.ones(3))
     assert caught.traceback[-1].name == "check"
     assert "lower_guard" not in [entry.name for entry in caught.traceback]
+
+
+def test_a_frame_run_in_python_while_another_thread_compiles_adds_no_graph(load_both):
+    # A frame TorchDynamo runs in Python (skipped, or fallen back on) took the tracing
+    # path, and the runtime's branch() was compiled as a frame of its own: one graph
+    # more than plain compile (after waiting for the other thread's compile to end).
+    source = """
+    import torch
+    def f(h):
+        if h.abs().max() > 0.5:
+            h = h / 2
+        else:
+            h = h * 3
+        return h + 1
+    """
+    counts = []
+    for module in load_both(source):
+        torch._dynamo.eval_frame.skip_code(module.f.__code__)
+        counter = CompileCounter()
+        with _another_thread_compiling():
+            assert torch.compile(module.f, backend=counter)(torch.ones(3)).tolist() == [1.5] * 3
+        counts.append(counter.frame_count)
+    assert counts == [0, 0]
 
 
 @pytest.mark.skipif(HAS_IS_EXPORTING, reason="torch has torch.compiler.is_exporting")
