@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
+from graphmend import runtime
 from graphmend.notices import GraphMendWarning
 from graphmend.runtime import dynamo_support, traps
 from helpers.processes import run_python
@@ -117,6 +123,131 @@ def test_exported_program_loads_and_checks_without_graphmend(load_rewritten, tmp
     result = run_python(str(tmp_path / "load.py"), str(tmp_path / "guarded.pt2"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["[2.0, 2.0, 2.0]", "too large in ?", "False"]
+
+
+CAUGHT_BY_A_CALLER = """
+import torch
+
+def check(x):
+    if (x < 0).any():
+        raise ValueError("negative input")
+    return x
+
+class Recovers(torch.nn.Module):
+    def forward(self, x):
+        try:
+            x = check(x)
+        except ValueError:
+            x = x.abs()
+        return x.sqrt()
+
+class NoGrad(torch.nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            y = check(x) * 2
+        return y + x
+
+class Checked(torch.nn.Module):
+    def forward(self, x):
+        return check(x) + 1
+
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Checked()
+
+    def forward(self, x):
+        return self.inner(x) * 2
+"""
+
+
+def _export_error(module: torch.nn.Module) -> type[BaseException] | None:
+    try:
+        torch.export.export(module, (torch.ones(3),), strict=False)
+    except Exception as error:
+        return type(error)
+    return None
+
+
+@pytest.mark.parametrize("model", ["Recovers", "NoGrad"])
+def test_non_strict_export_keeps_a_guard_a_caller_may_catch(load_both, model):
+    # Non-strict export runs the code in Python, where no TorchDynamo translator tells
+    # the callers: the guard was lowered, and the exported Recovers raised RuntimeError
+    # on negative input where the module returns sqrt(|x|).  Plain export fails there.
+    plain, rewritten = load_both(CAUGHT_BY_A_CALLER)
+    expected = _export_error(getattr(plain, model)())
+    assert expected is not None
+    assert _export_error(getattr(rewritten, model)()) is expected
+
+
+@pytest.mark.skipif(not HAS_IS_EXPORTING, reason="no torch.compiler.is_exporting (2.5, 2.6)")
+def test_non_strict_export_lowers_a_guard_no_caller_catches(load_rewritten):
+    module = load_rewritten(CAUGHT_BY_A_CALLER)
+    program = torch.export.export(module.Outer(), (torch.ones(3),), strict=False)
+    assert "aten._assert_async.msg" in {str(node.target) for node in program.graph.nodes}
+    with pytest.raises(RuntimeError, match="negative input"):
+        program.module()(-torch.ones(3))
+
+
+@contextlib.contextmanager
+def _another_thread_compiling() -> Iterator[None]:
+    """Another thread stays inside a compile (its backend waits) while the block runs."""
+    inside, release = threading.Event(), threading.Event()
+
+    def waiting_backend(graph: torch.fx.GraphModule, _inputs: list) -> Callable[..., Any]:
+        inside.set()
+        release.wait(10)
+        return graph.forward
+
+    compiling = threading.Thread(
+        target=lambda: torch.compile(torch.sin, backend=waiting_backend)(torch.ones(2))
+    )
+    compiling.start()
+    try:
+        assert inside.wait(30)
+        if not torch.compiler.is_compiling():
+            pytest.skip(f"torch {torch.__version__} sets is_compiling() only while tracing")
+        yield
+    finally:
+        release.set()
+        compiling.join()
+
+
+# torch.compiler.is_compiling() is true in every thread while one compiles (torch 2.13).
+
+
+def test_code_run_eagerly_while_another_thread_compiles_runs_as_written(load_rewritten):
+    # The eager call took the tracing path and raised from GraphMend's operator.
+    module = load_rewritten(CAUGHT_BY_A_CALLER)
+    with _another_thread_compiling():
+        assert not runtime.tracing()
+        with pytest.raises(ValueError, match="negative input") as caught:
+            module.check(-torch.ones(3))
+    assert caught.traceback[-1].name == "check"
+    assert "lower_guard" not in [entry.name for entry in caught.traceback]
+
+
+def test_a_frame_run_in_python_while_another_thread_compiles_adds_no_graph(load_both):
+    # A frame TorchDynamo runs in Python (skipped, or fallen back on) took the tracing
+    # path, and the runtime's branch() was compiled as a frame of its own: one graph
+    # more than plain compile (after waiting for the other thread's compile to end).
+    source = """
+    import torch
+    def f(h):
+        if h.abs().max() > 0.5:
+            h = h / 2
+        else:
+            h = h * 3
+        return h + 1
+    """
+    counts = []
+    for module in load_both(source):
+        torch._dynamo.eval_frame.skip_code(module.f.__code__)
+        counter = CompileCounter()
+        with _another_thread_compiling():
+            assert torch.compile(module.f, backend=counter)(torch.ones(3)).tolist() == [1.5] * 3
+        counts.append(counter.frame_count)
+    assert counts == [0, 0]
 
 
 @pytest.mark.skipif(HAS_IS_EXPORTING, reason="torch has torch.compiler.is_exporting")

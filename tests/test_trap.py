@@ -210,6 +210,40 @@ def test_inductor_raises_the_original_exception(guards):
     assert bool(dropped) is not kept
 
 
+ASSERT_UNDER_GRAD = """
+import torch
+
+def check(x):
+    assert (x >= 0).all(), "negative in assert"
+    return x + 1
+
+def graded(x):
+    return torch.func.grad(lambda a: check(a).sum())(x)
+"""
+
+
+@pytest.mark.skipif(
+    dynamo_support.torch_release(torch.__version__) < (2, 13),
+    reason="torch 2.5: a failing assert in a torch.func.grad graph leaves functorch's "
+    "nesting behind, and every later call fails (plain torch.compile too)",
+)
+def test_under_fullgraph_an_assert_that_cannot_be_lowered_stays_an_assert(load_both):
+    # torch.func.grad calls the function inside a with block, so GraphMend keeps the
+    # guard; its fallback was `if cond: raise AssertionError(...)`, a data-dependent
+    # branch, where TorchDynamo turns the assert itself into torch._assert_async:
+    # plain compiled this in one graph, GraphMend failed it under fullgraph=True.
+    outcomes = []
+    for module in load_both(ASSERT_UNDER_GRAD):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.graded, backend=counter, fullgraph=True)
+        calls = [_outcome(compiled, torch.ones(3)), _outcome(compiled, -torch.ones(3))]
+        calls = [(kind, value.tolist() if kind == "ok" else value) for kind, value in calls]
+        outcomes.append((calls, counter.frame_count))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0] == ([("ok", [1.0, 1.0, 1.0]), (RuntimeError, "negative in assert")], 1)
+
+
 def test_message_that_needs_tensor_data_keeps_the_break(load_rewritten):
     module = load_rewritten(
         """

@@ -9,16 +9,10 @@
             and @gm_cond1:
         raise E(msg)                      # the original raise, when it cannot be lowered
 
-The message parts are evaluated only once ``lowerable`` has accepted the
-condition; later links of a chain also pass the earlier conditions, which must
-all be false.  ``lower_guard`` puts an operation into the graph that raises ``E(msg)`` when
-the condition holds (see :mod:`graphmend.runtime.traps`); when the condition is
-a Python value, or cannot be lowered, the original ``if`` decides on the host.
-The eager path is the original statement.  Asserts sit under ``if __debug__:``
-so that ``python -O`` removes them, rewritten or not.  The message is built at
-trace time, so it may only use expressions that cannot fail or change
-anything: names, constants, shapes, dtypes, ``len()``, ``x.size()``, and ``tuple()`` or
-``list()`` of those.
+An assert that cannot be lowered raises as above, except where the frame must be one
+graph (``fullgraph=True``): there it stays an assert, ``assert @gm_rt.not_(@gm_cond1),
+msg``, which TorchDynamo turns into ``torch._assert_async`` itself when the message is
+constant (plain ``torch.compile`` compiles it; the ``if`` that raises would fail).
 """
 
 from __future__ import annotations
@@ -59,6 +53,7 @@ class _Guard:
     exception: ast.expr
     message: ast.expr | None
     raise_statement: ast.Raise
+    is_assert: bool = False
 
 
 class TrapRewrite(FunctionStatementRewriter):
@@ -97,6 +92,7 @@ class TrapRewrite(FunctionStatementRewriter):
             exception=exception,
             message=message,
             raise_statement=locate(ast.Raise(exc=raised, cause=None), statement),  # type: ignore[arg-type]
+            is_assert=True,
         )
         lowered = self._lower([guard], statement, "assert")
         if lowered is None:
@@ -172,15 +168,7 @@ class TrapRewrite(FunctionStatementRewriter):
                     ),
                 ],
             )
-            test = ast.BoolOp(
-                op=ast.And(), values=[ast.UnaryOp(op=ast.Not(), operand=lowered), load(name)]
-            )
-            body.append(
-                locate(
-                    ast.If(test=test, body=[copy.deepcopy(guard.raise_statement)], orelse=[]),
-                    guard.site,
-                )
-            )  # type: ignore[arg-type]
+            body.append(locate(_unless_lowered(lowered, name, guard), guard.site))  # type: ignore[arg-type]
             conditions.append(name)
             exception = ast.unparse(guard.exception)
             self.record(
@@ -214,6 +202,21 @@ class TrapRewrite(FunctionStatementRewriter):
         translator = ConditionTranslator(scopes, functions, self.module.fresh_name)
         prelude, condition = translator.translate(guard.condition)
         return prelude, condition, message_parts, message.formats_names
+
+
+def _unless_lowered(lowered: ast.expr, condition: str, guard: _Guard) -> ast.If:
+    """What runs when ``lowered`` is false: the original raise; for an assert where the
+    frame must be one graph, the assert itself, given the truth of its test (a caller's
+    ``with``, such as ``torch.func.grad``'s, keeps GraphMend from lowering it, and
+    TorchDynamo lowers it where an ``if`` that raises would fail the compile)."""
+    not_lowered = ast.UnaryOp(op=ast.Not(), operand=lowered)
+    raised = ast.If(test=load(condition), body=[copy.deepcopy(guard.raise_statement)], orelse=[])
+    if guard.is_assert:
+        kept = ast.Assert(
+            test=runtime_call("not_", load(condition)), msg=copy.deepcopy(guard.message)
+        )
+        raised = ast.If(test=runtime_call("one_graph"), body=[kept], orelse=[raised])
+    return ast.If(test=not_lowered, body=[raised], orelse=[])
 
 
 def _guard_chain(statement: ast.If) -> tuple[list[_Guard], list[ast.stmt]] | None:

@@ -7,8 +7,6 @@ a rewritten site (:func:`tracing`, a cheap check) or while TorchDynamo traces.
 
 from __future__ import annotations
 
-import torch
-
 from graphmend.runtime.conditions import (
     allclose,
     compare,
@@ -31,11 +29,15 @@ from graphmend.runtime.deferral import (
 )
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
 from graphmend.runtime.selection import assign_item, branch
-from graphmend.runtime.traps import exact_text, lower_guard, lowerable, names_formattable, text
-
-#: True while TorchDynamo traces the caller (folded to a constant by it), False
-#: when the code runs eagerly.
-tracing = torch.compiler.is_compiling
+from graphmend.runtime.tracing import tracing
+from graphmend.runtime.traps import (
+    exact_text,
+    lower_guard,
+    lowerable,
+    names_formattable,
+    one_graph,
+    text,
+)
 
 __all__ = [
     "allclose",
@@ -58,6 +60,7 @@ __all__ = [
     "metadata",
     "names_formattable",
     "not_",
+    "one_graph",
     "rebuild",
     "render",
     "sequence",

@@ -239,10 +239,10 @@ def _register_with_dynamo(function: Callable[..., None]) -> None:
     from torch._dynamo import config
 
     config.reorderable_logging_functions.add(function)
-    _never_compiled(function)
+    never_compiled(function)
 
 
-def _never_compiled(function: Callable[..., Any]) -> None:
+def never_compiled(function: Callable[..., Any]) -> None:
     """Called after the graph from compiled code, a function's own frame would be handed
     to TorchDynamo to compile (and fail on the call it makes, or on ``int()`` of a
     carried number: torch 2.5 compiles it with the graph's ``fullgraph``)."""
@@ -269,7 +269,7 @@ def _enable(_dynamo: object = None) -> None:
         formatting.convert,
     )
     for helper in (rebuild, _rebuild_one, render, *called):
-        _never_compiled(helper)
+        never_compiled(helper)
     for function in _deferred_functions:
         _register_with_dynamo(function)
 
