@@ -227,16 +227,18 @@ def graded(x):
     reason="torch 2.5: a failing assert in a torch.func.grad graph leaves functorch's "
     "nesting behind, and every later call fails (plain torch.compile too)",
 )
-def test_under_fullgraph_an_assert_that_cannot_be_lowered_stays_an_assert(load_both):
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_an_assert_that_cannot_be_lowered_stays_an_assert(load_both, fullgraph):
     # torch.func.grad calls the function inside a with block, so GraphMend keeps the
     # guard; its fallback was `if cond: raise AssertionError(...)`, a data-dependent
     # branch, where TorchDynamo turns the assert itself into torch._assert_async:
-    # plain compiled this in one graph, GraphMend failed it under fullgraph=True.
+    # plain compiled this in one graph, GraphMend failed it under fullgraph=True and
+    # ran the frame eagerly without (no graph).
     outcomes = []
     for module in load_both(ASSERT_UNDER_GRAD):
         torch._dynamo.reset()
         counter = CompileCounter()
-        compiled = torch.compile(module.graded, backend=counter, fullgraph=True)
+        compiled = torch.compile(module.graded, backend=counter, fullgraph=fullgraph)
         calls = [_outcome(compiled, torch.ones(3)), _outcome(compiled, -torch.ones(3))]
         calls = [(kind, value.tolist() if kind == "ok" else value) for kind, value in calls]
         outcomes.append((calls, counter.frame_count))

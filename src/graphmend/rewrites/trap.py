@@ -9,10 +9,21 @@
             and @gm_cond1:
         raise E(msg)                      # the original raise, when it cannot be lowered
 
-An assert that cannot be lowered raises as above, except where the frame must be one
-graph (``fullgraph=True``): there it stays an assert, ``assert @gm_rt.not_(@gm_cond1),
-msg``, which TorchDynamo turns into ``torch._assert_async`` itself when the message is
-constant (plain ``torch.compile`` compiles it; the ``if`` that raises would fail).
+The message parts are evaluated only once ``lowerable`` has accepted the
+condition; later links of a chain also pass the earlier conditions, which must
+all be false.  ``lower_guard`` puts an operation into the graph that raises ``E(msg)`` when
+the condition holds (see :mod:`graphmend.runtime.traps`); when the condition is
+a Python value, or cannot be lowered, the original ``if`` decides on the host.
+The eager path is the original statement.  Asserts sit under ``if __debug__:``
+so that ``python -O`` removes them, rewritten or not.  The message is built at
+trace time, so it may only use expressions that cannot fail or change
+anything: names, constants, shapes, dtypes, ``len()``, ``x.size()``, and ``tuple()`` or
+``list()`` of those.
+
+An assert that cannot be lowered stays an assert, ``assert @gm_rt.not_(@gm_cond1), msg``,
+which TorchDynamo turns into ``torch._assert_async`` itself when the message is
+constant, as without GraphMend (an ``if`` that raises would be a break plain
+``torch.compile`` does not have).
 """
 
 from __future__ import annotations
@@ -205,18 +216,18 @@ class TrapRewrite(FunctionStatementRewriter):
 
 
 def _unless_lowered(lowered: ast.expr, condition: str, guard: _Guard) -> ast.If:
-    """What runs when ``lowered`` is false: the original raise; for an assert where the
-    frame must be one graph, the assert itself, given the truth of its test (a caller's
-    ``with``, such as ``torch.func.grad``'s, keeps GraphMend from lowering it, and
-    TorchDynamo lowers it where an ``if`` that raises would fail the compile)."""
-    not_lowered = ast.UnaryOp(op=ast.Not(), operand=lowered)
-    raised = ast.If(test=load(condition), body=[copy.deepcopy(guard.raise_statement)], orelse=[])
+    """What runs when ``lowered`` is false: the original raise; for an assert, the assert
+    itself, given the truth of its test: TorchDynamo turns one with a constant message
+    into ``torch._assert_async`` as without GraphMend, where an ``if`` that raises is a
+    graph break plain ``torch.compile`` does not have (``torch.func.grad``'s ``with``
+    block keeps GraphMend from lowering it)."""
     if guard.is_assert:
-        kept = ast.Assert(
+        kept: ast.stmt = ast.Assert(
             test=runtime_call("not_", load(condition)), msg=copy.deepcopy(guard.message)
         )
-        raised = ast.If(test=runtime_call("one_graph"), body=[kept], orelse=[raised])
-    return ast.If(test=not_lowered, body=[raised], orelse=[])
+    else:
+        kept = ast.If(test=load(condition), body=[copy.deepcopy(guard.raise_statement)], orelse=[])
+    return ast.If(test=ast.UnaryOp(op=ast.Not(), operand=lowered), body=[kept], orelse=[])
 
 
 def _guard_chain(statement: ast.If) -> tuple[list[_Guard], list[ast.stmt]] | None:

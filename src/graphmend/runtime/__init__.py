@@ -35,7 +35,6 @@ from graphmend.runtime.traps import (
     lower_guard,
     lowerable,
     names_formattable,
-    one_graph,
     text,
 )
 
@@ -60,7 +59,6 @@ __all__ = [
     "metadata",
     "names_formattable",
     "not_",
-    "one_graph",
     "rebuild",
     "render",
     "sequence",

@@ -178,19 +178,6 @@ def _floats_pinned() -> bool:
     return bool(torch._dynamo.config.specialize_float)
 
 
-def one_graph() -> bool:
-    """Whether the frame being traced must be one graph (``fullgraph=True``), where a
-    break fails the compile; False outside TorchDynamo.  Marked as a constant-result
-    function, so that it runs in Python while TorchDynamo traces."""
-    from torch._dynamo.symbolic_convert import InstructionTranslator
-
-    try:
-        translator = InstructionTranslator.current_tx()
-    except AttributeError:  # not TorchDynamo
-        return False
-    return bool(translator.one_graph or getattr(translator, "error_on_graph_break", False))
-
-
 def exact_text(value: Any) -> str | None:
     """A message given as a name: usable only if it is a string at trace time."""
     return _template_safe(value) if type(value) is str else None
@@ -395,7 +382,6 @@ def _define_operator(dynamo: ModuleType) -> None:
     assume_constant_result(dynamo, _asserts_on)
     assume_constant_result(dynamo, _operator_kept)
     assume_constant_result(dynamo, _floats_pinned)
-    assume_constant_result(dynamo, one_graph)
     from torch.fx.node import has_side_effect
 
     has_side_effect(torch.ops.graphmend.raise_if.default)
