@@ -12,6 +12,7 @@ import torch
 from graphmend.runtime.conditions import (
     allclose,
     compare,
+    contains,
     equal,
     host_value,
     is_scalar_tensor,
@@ -45,6 +46,7 @@ __all__ = [
     "capture",
     "carriable",
     "compare",
+    "contains",
     "continuation",
     "deferred",
     "equal",
