@@ -27,6 +27,10 @@ _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+#: What ``Tensor.__contains__`` searches a tensor for (anything else raises).
+_SEARCHABLE = (torch.Tensor, Number, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 def is_scalar_tensor(value: Any) -> bool:
     """A tensor whose truth Python could take (exactly one element)."""
     return isinstance(value, torch.Tensor) and value.numel() == 1
@@ -135,9 +139,7 @@ def contains(element: Any, container: Any, negated: bool) -> Any:
     the very ``(element == container).any()`` that ``Tensor.__contains__``
     reads on the host; anything else is tested as the original did.
     """
-    if isinstance(container, torch.Tensor) and isinstance(
-        element, torch.Tensor | Number | torch.SymInt | torch.SymFloat | torch.SymBool
-    ):
+    if isinstance(container, torch.Tensor) and isinstance(element, _SEARCHABLE):
         found = (element == container).any()
         return torch.logical_not(found) if negated else found
     return element not in container if negated else element in container
