@@ -13,7 +13,10 @@ loads them with ``strict=True`` and compares its eager outputs with the
 first's.
 
     python bench/remote_corpus.py [--only REGEX] [--dtype float32] [--backend eager]
-                                  [--timeout S] [--out DIR]
+                                  [--timeout S] [--out DIR] [--corpus DIR]
+
+``--corpus`` measures another folder laid out as ``bench/remote_corpus/`` (a
+``manifest.json`` and one folder per family, its files in place).
 
 Writes ``remote-corpus.json`` and ``remote-corpus.md`` to ``--out`` (default
 ``bench/results/remote-corpus-<transformers version>/``).
@@ -86,9 +89,11 @@ def build(name: str, family: dict[str, Any], corpus: Path = CORPUS) -> Any:
     return model
 
 
-def unfetched(names: list[str], manifest: dict[str, dict[str, Any]]) -> str | None:
+def unfetched(
+    names: list[str], manifest: dict[str, dict[str, Any]], corpus: Path = CORPUS
+) -> str | None:
     """What is missing of these families' published files, and how to fetch it; else ``None``."""
-    wrong = {name: mismatched_files(name, manifest[name]) for name in names}
+    wrong = {name: mismatched_files(name, manifest[name], corpus) for name in names}
     missing = "; ".join(f"{name}: {', '.join(files)}" for name, files in wrong.items() if files)
     if not missing:
         return None
@@ -148,12 +153,12 @@ def run_arm(job: dict[str, Any]) -> dict[str, Any]:
 
         graphmend.install()
     torch.set_num_threads(1)
-    name, folder = job["family"], Path(job["folder"])
-    family = load_manifest()[name]
+    name, folder, corpus = job["family"], Path(job["folder"]), Path(job["corpus"])
+    family = load_manifest(corpus)[name]
     result: dict[str, Any] = {"arm": job["arm"], "status": "ok"}
     with timed(result, "build"):
         try:
-            model = build(name, family)
+            model = build(name, family, corpus)
             state = folder / "state.pt"
             if job["arm"] == ARMS[0]:
                 inputs = inputs_for(model)
@@ -205,7 +210,7 @@ def measure_family(name: str, options: argparse.Namespace, scratch: Path) -> dic
     result: dict[str, Any] = {"family": name, "arms": {}}
     for arm in ARMS:
         job = {"arm": arm, "family": name, "folder": str(folder), "dtypes": options.dtypes}
-        job["backend"] = options.backend
+        job.update(backend=options.backend, corpus=str(options.corpus))
         command = [sys.executable, __file__, "--arm-job", json.dumps(job)]
         log = folder / f"{arm}.log"
         try:
@@ -259,6 +264,9 @@ def parse_options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backend", default="eager", help="fullgraph=True backend (eager)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per arm (300)")
     parser.add_argument("--out", type=Path, help="output directory")
+    parser.add_argument(
+        "--corpus", type=Path, default=CORPUS, help="corpus folder (bench/remote_corpus)"
+    )
     parser.add_argument("--arm-job", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     options.dtypes = [name.strip() for name in options.dtype.split(",") if name.strip()]
@@ -283,6 +291,7 @@ def metadata(options: argparse.Namespace, families: list[str]) -> dict[str, Any]
         "fullgraph_backend": options.backend,
         "timeout_seconds": options.timeout,
         "only": options.only,
+        "corpus": str(options.corpus),
         "families": len(families),
     }
 
@@ -296,12 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from remote_corpus_report import write_report
 
-    manifest = load_manifest()
+    manifest = load_manifest(options.corpus)
     names = [name for name in manifest if options.only is None or re.search(options.only, name)]
     if not names:
         print(f"no family matches {options.only!r}", file=sys.stderr)
         return 2
-    problem = unfetched(names, manifest)
+    problem = unfetched(names, manifest, options.corpus)
     if problem:
         print(problem, file=sys.stderr)
         return 2

@@ -101,6 +101,28 @@ class LayoutByMask(Attention):
         return out * 2
 
 
+# LLaDA's (OLMo's) forward: after the site, a loop over the blocks binds the block and
+# each block's cache before reading them (never unbound, though bound only in the loop).
+class Stacked(Attention):
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(16, 16), nn.Linear(16, 16)])
+
+    def forward(self, x, attention_mask=None):
+        if torch.any(~attention_mask.bool()):
+            attention_mask = attention_mask.bool()
+        else:
+            attention_mask = None
+        for block in self.blocks:
+            if attention_mask is None:
+                x, cache = block(x), None
+            else:
+                x, cache = block(x), attention_mask
+            x = x + (0.0 if cache is None else 1.0)
+        return self.o(self.inner(x, attention_mask))
+
+
 # The branch updates in place a tensor the module keeps, made in the graph.
 class UpdatingAState(Attention):
 
@@ -145,6 +167,15 @@ def test_mask_or_none_compiles_as_one_graph_bit_identical(modules, backend) -> N
     compiled = torch.compile(mended, fullgraph=True, backend=backend)
     with torch.no_grad():
         for mask in (FULL, PADDED, FULL, None):
+            assert torch.equal(compiled(X, mask), plain(X, mask))
+
+
+def test_a_rest_binding_its_names_in_a_loop_compiles_as_one_graph(modules) -> None:
+    plain, mended = _pair(modules, "Stacked")
+    torch._dynamo.reset()
+    compiled = torch.compile(mended, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        for mask in (FULL, PADDED):
             assert torch.equal(compiled(X, mask), plain(X, mask))
 
 
@@ -302,6 +333,11 @@ def _findings(source: str) -> dict[str, str]:
         ("    return locals()\n", "locals() would see another frame"),
         ("    yield x\n", "the function is a generator"),
         ("    return y\n", "reads 'y', maybe unbound here"),
+        # a loop reading what an earlier run (or nothing) bound, or running zero times
+        ("    for _ in x:\n        y = y + 1\n    return x\n", "reads 'y', maybe unbound"),
+        ("    for y in x:\n        pass\n    return y\n", "reads 'y', maybe unbound"),
+        ("    for y in x:\n        del y\n        y\n    return x\n", "reads 'y', maybe"),
+        ("    for i in y:\n        x = x + i\n    return x\n", "reads 'y', maybe unbound"),
         ("    x = x + 1\n" * 201 + "    return x\n", "more than 200 statements"),
     ],
 )
@@ -312,6 +348,21 @@ def test_sites_whose_rest_cannot_run_elsewhere_are_declined(rest: str, reason: s
         "    if x.sum() > 0:\n        x = x[:1]\n    else:\n        x = x * 2\n" + rest
     )
     assert reason in _findings(source).get("declined", ""), _findings(source)
+
+
+def test_a_rest_binding_a_name_in_each_run_of_a_loop_continues() -> None:
+    source = """
+    import torch
+
+    def forward(x, blocks):
+        if x.sum() > 0:
+            x = x[:1]
+        for block in blocks:
+            x, cache = block(x)
+            x = x + cache
+        return x
+    """
+    assert "rewritten" in _findings(source), _findings(source)
 
 
 def test_a_site_inside_a_python_if_continues_with_the_rest_around_it() -> None:

@@ -90,6 +90,22 @@ def mixed_condition(x, mask=None):
     return x
 
 
+def membership(x, mask=None):
+    # LLaDA's remote code (modeling_llada.py): a padding test by Tensor.__contains__
+    if mask is not None and 0.0 in mask:
+        x = x.masked_fill(mask == 0, 0.0)
+    if 2.0 not in x:
+        x = x + 1
+    return x
+
+
+def number_in_list(x, layers):
+    # the same test on a Python container is left to Python
+    if 0 in layers:
+        x = x * 2
+    return x
+
+
 def fp16_clamp(h):
     if h.dtype == torch.float16 and (torch.isinf(h).any() or torch.isnan(h).any()):
         clamp_value = torch.finfo(h.dtype).max - 1000
@@ -184,6 +200,12 @@ INPUTS = {
         (torch.ones(3), torch.ones(3, dtype=torch.long)),
         (torch.ones(3), None),
     ],
+    "membership": [
+        (torch.ones(3), torch.tensor([1, 0, 1])),
+        (torch.tensor([1.0, 2.0, 3.0]), torch.ones(3, dtype=torch.long)),
+        (torch.ones(3), None),
+    ],
+    "number_in_list": [(torch.ones(2), [0, 1]), (torch.ones(2), (1, 2))],
     "fp16_clamp": [
         (torch.tensor([float("inf"), 1.0]).half(),),
         (torch.tensor([0.5, 1.0]).half(),),

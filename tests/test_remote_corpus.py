@@ -211,3 +211,14 @@ def test_a_family_runs_eagerly_under_the_hook_with_identical_output(
     comparison = compare(results["plain"]["outputs"], results["graphmend"]["outputs"])
     assert comparison["identical"], comparison
     assert comparison["tensors"] > 0
+
+
+def test_runner_reads_the_manifest_of_another_corpus(bench: Path, tmp_path: Path) -> None:
+    corpus, family = own_corpus(tmp_path)
+    changed = family["files"][0]["file"]
+    (corpus / FAMILY / changed).write_bytes(b"\n")
+    script = str(BENCH / "remote_corpus.py")
+    completed = run_python(script, "--corpus", str(corpus), "--out", str(tmp_path / "out"))
+    assert completed.returncode == 2
+    assert f"({FAMILY}: {changed})" in completed.stderr
+    assert not (tmp_path / "out").exists()

@@ -436,9 +436,26 @@ def _reads(statement: ast.stmt, name: str) -> bool:
     return isinstance(statement, ast.AugAssign) and name in stored_names(statement.target)
 
 
+def _binds_before_reading(loop: ast.For | ast.AsyncFor, name: str) -> bool:
+    """Whether each run of the loop's body binds ``name`` before reading it: its target
+    binds it, or the body assigns it before any read, so that a run reads what it bound
+    itself.  The iterable and the target, evaluated first, must not read it, and nothing
+    in the loop may delete it."""
+    if name in _names_read_now(loop.iter) or name in names_read(loop.target):
+        return False
+    if any(
+        isinstance(node, ast.Delete)
+        and any(name in stored_names(target) for target in node.targets)
+        for node in walk(loop)
+    ):
+        return False
+    return name in stored_names(loop.target) or not read_before_written(loop.body, name)
+
+
 def read_before_written(statements: list[ast.stmt], name: str) -> bool:
-    """Whether running ``statements`` may read ``name`` before assigning it (loops, ``with``
-    and ``try`` count any read)."""
+    """Whether running ``statements`` may read ``name`` before assigning it (``while``,
+    ``with`` and ``try`` count any read; a ``for`` loop any read unless each run of its
+    body binds the name first)."""
     for statement in statements:
         if isinstance(statement, ast.If):
             if name in names_read(statement.test):
@@ -451,6 +468,11 @@ def read_before_written(statements: list[ast.stmt], name: str) -> bool:
                 statement.orelse
             ):
                 return False
+        elif isinstance(statement, ast.For | ast.AsyncFor) and _binds_before_reading(
+            statement, name
+        ):
+            if read_before_written(statement.orelse, name):
+                return True  # the loop may not have run: nothing bound it
         elif _blocks(statement) or isinstance(
             statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
         ):

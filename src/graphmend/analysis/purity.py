@@ -164,6 +164,29 @@ def _is_python_value(expr: ast.expr, scopes: ModuleScopes, functions: Sequence[a
     return False
 
 
+def is_number_search(expr: ast.expr) -> bool:
+    """``0.0 in mask``, ``-1 not in ids``: a number literal searched in a name or attribute,
+    which reads the host when that holds a tensor (``Tensor.__contains__``)."""
+    if not (
+        isinstance(expr, ast.Compare)
+        and len(expr.ops) == 1
+        and isinstance(expr.ops[0], ast.In | ast.NotIn)
+        and isinstance(expr.comparators[0], ast.Name | ast.Attribute)
+    ):
+        return False
+    element = expr.left
+    if isinstance(element, ast.UnaryOp) and isinstance(element.op, ast.USub | ast.UAdd):
+        element = element.operand
+    return (
+        isinstance(element, ast.Constant)
+        and type(element.value) in (int, float)
+        and not (
+            isinstance(expr.comparators[0], ast.Attribute)
+            and expr.comparators[0].attr in _METADATA_ATTRIBUTES
+        )
+    )
+
+
 def _reads_through(call: ast.Call, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> bool:
     """``getattr(o, "a")``, ``kwargs.get("a")``, ``math.prod(x.shape)``: the value is what
     ``o`` or the mapping holds, or computed from the arguments, so it may hold tensor data
@@ -185,7 +208,8 @@ def may_hold_tensor_data(
     True when it calls something other than a query whose value is Python at
     trace time (metadata, type checks, flags, string tests: see
     :func:`_is_python_value`): a reduction, a comparison helper, a host read
-    such as ``.item()``; or when it uses one of ``tensor_names`` (locals
+    such as ``.item()``; when it searches for a number (``0.0 in mask``,
+    :func:`is_number_search`); or when it uses one of ``tensor_names`` (locals
     computed from such calls) other than for its metadata.  Conditions on
     names, attributes, shapes and dtypes alone are Python values at trace time
     and never break a graph.
@@ -194,6 +218,8 @@ def may_hold_tensor_data(
         return False
     if isinstance(expr, ast.Name):
         return expr.id in tensor_names
+    if is_number_search(expr):
+        return True
     if isinstance(expr, ast.Call) and not _reads_through(expr, scopes, functions):
         return True
     return any(

@@ -7,7 +7,8 @@ as statements rather than lambdas, so that no local of the function becomes a
 closure cell and the eager path stays as fast as before); a host read
 (``.item()``, ``float(x)``, ``int(x)``, ``bool(x)``) that feeds a comparison or
 the truth of the condition becomes a device value compared exactly;
-``torch.equal``/``torch.allclose`` become their on-device equivalents.  The
+``torch.equal``/``torch.allclose`` become their on-device equivalents, and so
+does a membership test (``0.0 in mask``), which searches a tensor on the host.  The
 right side of ``and``/``or`` is evaluated ahead of time only when it is pure.
 Everything else is left as written, so that the translated condition always
 computes what the original computes, and whatever it cannot keep on the
@@ -20,7 +21,7 @@ import ast
 import copy
 from collections.abc import Callable, Sequence
 
-from graphmend.analysis.purity import is_host_conversion, qualified_name
+from graphmend.analysis.purity import is_host_conversion, is_number_search, qualified_name
 from graphmend.analysis.scopes import ModuleScopes
 from graphmend.analysis.speculation import speculation_problem
 from graphmend.rewrites.common import Decline, load, runtime_call, store
@@ -123,6 +124,12 @@ class ConditionTranslator:
         return load(result)
 
     def _compare(self, node: ast.Compare) -> ast.expr:
+        if is_number_search(node):
+            negated = isinstance(node.ops[0], ast.NotIn)
+            element, container = (
+                copy.deepcopy(operand) for operand in (node.left, *node.comparators)
+            )
+            return runtime_call("contains", element, container, ast.Constant(negated))
         operands = [node.left, *node.comparators]
         host = [self._is_host_read(operand) for operand in operands]
         if not any(host):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from graphmend.runtime.conditions import (
     allclose,
     compare,
+    contains,
     equal,
     host_value,
     is_scalar_tensor,
@@ -46,6 +47,7 @@ __all__ = [
     "capture",
     "carriable",
     "compare",
+    "contains",
     "continuation",
     "deferred",
     "equal",

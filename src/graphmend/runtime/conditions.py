@@ -2,7 +2,7 @@
 
 Rewritten conditions call these helpers instead of ``not``, ``and``/``or``
 between a tensor and a pure expression, comparisons of host values,
-``torch.equal`` and ``torch.allclose``.  Given Python values they behave
+``torch.equal``, ``torch.allclose`` and ``in``/``not in``.  Given Python values they behave
 exactly like the operators they replace; given single-element tensors they
 return boolean tensors whose value is the truth the original would have
 computed on the host.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from numbers import Number
 from typing import Any
 
 import torch
@@ -24,6 +25,10 @@ _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
+
+
+#: What ``Tensor.__contains__`` searches a tensor for (anything else raises).
+_SEARCHABLE = (torch.Tensor, Number, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def is_scalar_tensor(value: Any) -> bool:
@@ -125,6 +130,19 @@ def _as(value: Any, dtype: torch.dtype) -> Any:
     if isinstance(value, torch.Tensor):
         return value.reshape(()).to(dtype)
     return float(value) if dtype == torch.float64 else int(value)
+
+
+def contains(element: Any, container: Any, negated: bool) -> Any:
+    """``element in container`` (``not in`` when ``negated``).
+
+    A tensor searched for a number or a tensor gives the 0-d boolean tensor of
+    the very ``(element == container).any()`` that ``Tensor.__contains__``
+    reads on the host; anything else is tested as the original did.
+    """
+    if isinstance(container, torch.Tensor) and isinstance(element, _SEARCHABLE):
+        found = (element == container).any()
+        return torch.logical_not(found) if negated else found
+    return element not in container if negated else element in container
 
 
 def equal(left: Any, right: Any) -> Any:
