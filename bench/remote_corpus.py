@@ -132,13 +132,18 @@ def _initialise_unset(model: Any) -> None:
 
 
 def inputs_for(model: Any) -> dict[str, Any]:
-    """Token ids and an attention mask with padding in the second row (census.py's inputs)."""
+    """Token ids and, where ``forward`` takes one, an attention mask with padding in the
+    second row (census.py's inputs)."""
+    import inspect
+
     import torch
 
     from census import make_input
 
     generator = torch.Generator().manual_seed(0)
-    names = ("input_ids", "attention_mask")
+    names = ["input_ids"]
+    if "attention_mask" in inspect.signature(model.forward).parameters:
+        names.append("attention_mask")
     return {name: make_input(name, model.config, generator) for name in names}
 
 
