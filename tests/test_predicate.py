@@ -678,6 +678,28 @@ def branch_value_updated_after(x):
         y = t * 2
     t.add_(1)
     return y
+
+def one_tensor_twice(x):
+    t = x * 2
+    if x.sum() > 0:
+        a = t
+        b = t
+    else:
+        a = x * 3
+        b = x * 4
+    return a, b
+
+def one_tensor_from_two_sites(x):
+    t = x * 2
+    if x.sum() > 0:
+        a = t
+    else:
+        a = x * 3
+    if x.mean() > 0:
+        b = t
+    else:
+        b = x * 4
+    return a, b
 """
 
 
@@ -713,6 +735,22 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
     # a branch gave: the original updates the one tensor y and x (or t) hold, a merged y
     # is a second one.  Checked when the graph ends (runtime/aliasing.py).
     _updated_alike(load_both, name)
+
+
+@pytest.mark.parametrize("name", ["one_tensor_twice", "one_tensor_from_two_sites"])
+def test_merged_values_that_may_be_one_tensor_keep_the_if(load_both, name):
+    # `a = t; b = t` (in one site or two): the original returns one tensor twice, and
+    # the caller's update of one shows in the other; two merged results are two tensors.
+    plain, rewritten = load_both(ALIASED_AND_UPDATED)
+    for sign in (1.0, -1.0):
+        x = sign * torch.arange(1.0, 5.0)
+        expected = getattr(plain, name)(x)
+        torch._dynamo.reset()
+        result = torch.compile(getattr(rewritten, name), backend="eager")(x)
+        assert (result[0] is result[1]) == (expected[0] is expected[1])
+        for outputs in (expected, result):
+            outputs[0].add_(100)
+        assert all(map(torch.equal, result, expected))
 
 
 def test_a_merged_value_returned_with_the_callers_tensor_keeps_the_if(load_both):

@@ -12,7 +12,9 @@ reading the other, or by getting both:
   counter, which a traced in-place update bumps in the fake tensor too);
 * the merged tensor leaving the graph while a branch's tensor, or one sharing
   its memory, is a graph input or leaves it too: the caller holds two tensors
-  where the original holds one, and may update either after the call.
+  where the original holds one, and may update either after the call;
+* two merged tensors leaving the graph whose branches may give the same tensor
+  (``a = t; b = t``, in one site or two): the original returns one tensor twice.
 
 Neither can be seen at the site, so :func:`watch` records what it merged, and
 when TorchDynamo is about to compile the graph each record is checked.  A merge
@@ -45,7 +47,8 @@ class _Merge:
     merged: list[torch.Tensor]
     branches: list[torch.Tensor]
     versions: list[int]
-    graph: torch.fx.Graph
+    output: Any  # the OutputGraph being traced
+    paired: bool  # branches holds each merged tensor's two branch tensors, in order
 
     def __call__(self, results: list[Any]) -> None:
         """Restart the analysis, the site keeping its break, if the program could tell
@@ -67,20 +70,47 @@ class _Merge:
                 "if: the original updates one tensor, the merge holds two"
             )
         outputs = _storages(_example(proxy) for proxy in _proxies(results))
-        if not _storages(self.merged) & outputs:
+        leaving = self.leaving(outputs)
+        if not leaving:
             return None
         inputs = _storages(
             node.meta.get("example_value")
-            for node in self.graph.nodes
+            for node in self.output.graph.nodes
             if node.op in ("placeholder", "get_attr")
         )
-        if _storages(self.branches) & (inputs | outputs):
+        branches = _storages(t for _, tensors in leaving for t in tensors)
+        if branches & (inputs | outputs):
             return (
                 "a merged tensor leaves the graph, and a tensor a branch gives is the "
                 "caller's or leaves it too: the caller would hold two tensors where the "
                 "original holds one"
             )
+        for merged, tensors in leaving:
+            others = [
+                other
+                for peer in attempts.checks_before_compiling(self.output)
+                if isinstance(peer, _Merge)
+                for merged_elsewhere, other in peer.leaving(outputs)
+                if merged_elsewhere is not merged
+            ]
+            if any(_storages(tensors) & _storages(other) for other in others):
+                return (
+                    "two merged tensors leave the graph, and their branches may give the "
+                    "same tensor: the caller would hold two tensors where the original "
+                    "holds one"
+                )
         return None
+
+    def leaving(
+        self, outputs: set[StorageWeakRef]
+    ) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+        """The merged tensors among ``outputs`` (the storages that leave the graph), each
+        with the branch tensors the original could give in its place."""
+        if self.paired:
+            groups = [(m, self.branches[2 * i : 2 * i + 2]) for i, m in enumerate(self.merged)]
+        else:
+            groups = [(m, self.branches) for m in self.merged]
+        return [(m, tensors) for m, tensors in groups if _storages([m]) & outputs]
 
 
 def watch(merged: Sequence[Any], branches: Sequence[Any]) -> bool:
@@ -104,19 +134,27 @@ def _watch(context: Any) -> None:
         from torch._dynamo.variables import ConstantVariable
     except (AttributeError, KeyError, TypeError):
         return  # a release without these internals
-    if site is not None and record(tracer, site, merged, branches):
+    paired = len(branches) == 2 * len(merged)
+    if site is not None and record(tracer, site, merged, branches, paired=paired):
         tracer.symbolic_locals["recorded"] = ConstantVariable.create(True)
 
 
 def record(
-    tracer: Any, site: attempts.Site, merged: list[torch.Tensor], branches: list[torch.Tensor]
+    tracer: Any,
+    site: attempts.Site,
+    merged: list[torch.Tensor],
+    branches: list[torch.Tensor],
+    *,
+    paired: bool = False,
 ) -> bool:
     """From a ``comptime`` hook: check, before ``tracer``'s graph is compiled, that the
-    program cannot tell ``merged`` from ``branches`` (fake tensors); False where that
-    cannot be checked (an inference tensor's version, an internal missing)."""
+    program cannot tell ``merged`` from ``branches`` (fake tensors; with ``paired``,
+    the two branch tensors of each merged one in turn, else any branch tensor may stand
+    for any merged one); False where that cannot be checked (an inference tensor's
+    version, an internal missing)."""
     try:
         versions = [tensor._version for tensor in (*merged, *branches)]
-        merge = _Merge(site, merged, branches, versions, tracer.output.graph)
+        merge = _Merge(site, merged, branches, versions, tracer.output, paired)
         attempts.check_before_compiling(tracer.output, merge)
     except (AttributeError, RuntimeError):
         return False

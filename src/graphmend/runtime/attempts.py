@@ -229,6 +229,11 @@ def check_before_compiling(output: Any, check: Callable[[list[Any]], None]) -> N
     checks.append(check)
 
 
+def checks_before_compiling(output: Any) -> list[Callable[[list[Any]], None]]:
+    """The checks :func:`check_before_compiling` holds for ``output``, in order."""
+    return list(getattr(output, _CHECKS, ()))
+
+
 def tracer_control() -> tuple[type[BaseException], ...]:
     """TorchDynamo's own control flow (restart the analysis, skip the frame): it must
     pass through an attempt, whatever else the attempt catches."""
