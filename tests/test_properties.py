@@ -244,6 +244,12 @@ COUNTEREXAMPLES = {
         (Call(((-1.0, 2.0, 0.5, -1.0),), 3.5), Call(((0.0, 0.0, 0.0, 0.0),), 1.5)),
         grad=False,
     ),
+    "merged-results-that-are-one-tensor": Program(
+        "y = x * 2\nif x.sum() > 0:\n    a = y\n    b = y\nelse:\n    a = x * 3\n"
+        "    b = x * 4\nreturn (a, b)\n",
+        (Call(((-1.0, 2.0, 0.5, -1.0),), 3.5), Call(((-1.0, -2.0, 0.5, -1.0),), 1.5)),
+        grad=False,
+    ),
     "declined-conditional-expression-shapes": Program(
         "x = torch.cat([x, x]) if x.abs().max() < 0.5 else -x\nreturn x\n", STATIC
     ),
@@ -328,7 +334,9 @@ def test_fullgraph_counterexample(program: Program) -> None:
         ('warnings.warn("w")\nreturn x + 0\n', "events"),
         ('print("p")\nreturn x + 0\n', "events"),
         ('raise ValueError("no")\n', "error"),
-        ("return x\n", "shares_input"),
+        ("return x\n", "shares_memory"),
+        ("return x + 0, self.buf\n", "shares_memory"),
+        ("y = x + 0\nreturn y, y\n", "shares_memory"),
     ],
 )
 def test_differences_sees_each_observable(body: str, field: str) -> None:
@@ -339,7 +347,7 @@ def test_differences_sees_each_observable(body: str, field: str) -> None:
     found = differences({"plain": reference}, actual)
     fields = {line.split(": ")[1].split(" differs")[0] for line in found}
     # a raise shows no result, nor which of its tensors share the caller's memory
-    alongside = {"result", "shares_input"} if field == "error" else {"result"}
+    alongside = {"result", "shares_memory"} if field == "error" else {"result"}
     assert field in fields and fields <= {field} | alongside, found
 
 

@@ -40,9 +40,10 @@ class Observed:
     input_after: torch.Tensor  # the caller's tensor after the call
     state: dict[str, torch.Tensor]  # the module's buffers after the call
     events: list[Event]  # printed text, log records and warnings, in order
-    # per tensor of the output: whether it is (a view of) the caller's tensor, which
-    # the caller would see updated by updating it
-    shares_input: tuple[bool, ...]
+    # per tensor of the output: which tensor it shares memory with, if any (0: the
+    # caller's; then the module's buffers; then the output's earlier tensors), which the
+    # caller would see updated by updating it
+    shares_memory: tuple[int | None, ...]
 
 
 @dataclass
@@ -120,7 +121,8 @@ def _call(
     with _capture(logger, events), torch.set_grad_enabled(grad):
         try:
             output = function(x, call.t)
-            result, shares = _clone(output), _shares(output, x)
+            buffers = [buffer for _, buffer in module.named_buffers()]
+            result, shares = _clone(output), _sharing(_tensors(output), [x, *buffers])
         except Exception as exception:
             error = (type(exception).__name__, str(exception))
     state = {name: value.detach().clone() for name, value in module.named_buffers()}
@@ -171,13 +173,25 @@ def _merge_prints(events: list[Event]) -> list[Event]:
     return merged
 
 
-def _shares(value: Any, tensor: torch.Tensor) -> tuple[bool, ...]:
-    """For each tensor in ``value``, whether it shares ``tensor``'s memory."""
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in ``value`` (nested tuples and lists), in order."""
     if isinstance(value, torch.Tensor):
-        return (value.untyped_storage()._cdata == tensor.untyped_storage()._cdata,)
+        return [value]
     if isinstance(value, tuple | list):
-        return tuple(shared for item in value for shared in _shares(item, tensor))
-    return ()
+        return [tensor for item in value for tensor in _tensors(item)]
+    return []
+
+
+def _sharing(outputs: list[torch.Tensor], known: list[torch.Tensor]) -> tuple[int | None, ...]:
+    """For each of ``outputs``, the index of the first tensor of ``known`` and then of
+    the earlier outputs that shares its memory, or ``None``."""
+    storages = [tensor.untyped_storage()._cdata for tensor in (*known, *outputs)]
+    return tuple(
+        storages.index(storages[len(known) + i])
+        if storages.index(storages[len(known) + i]) < len(known) + i
+        else None
+        for i in range(len(outputs))
+    )
 
 
 def _clone(value: Any) -> Any:
@@ -221,7 +235,7 @@ def differences(references: Mapping[str, Run], actual: Run) -> list[str]:
     label: plain eager, plain compiled) shows, call by call."""
     found = []
     for index, observed in enumerate(actual.calls):
-        for field in ("error", "result", "input_after", "state", "events", "shares_input"):
+        for field in ("error", "result", "input_after", "state", "events", "shares_memory"):
             wanted = {label: getattr(run.calls[index], field) for label, run in references.items()}
             got = getattr(observed, field)
             if not any(same(want, got) for want in wanted.values()):
