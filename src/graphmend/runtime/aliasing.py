@@ -208,6 +208,22 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
     return returned
 
 
+def results_share_memory(output: Any, cond: torch.fx.Node) -> bool:
+    """Whether a branch of ``cond``, just traced, returns two results that share memory
+    (one tensor twice, or a tensor and a view of it): the original returns them so, and
+    the caller's update of one shows in the other; the branches return a copy of each."""
+    for branch in cond.args[1:3]:
+        graph = output.nn_modules[branch.target].graph
+        (results,) = next(node for node in graph.nodes if node.op == "output").args
+        sources = [_copied(node) for node in results if isinstance(node, torch.fx.Node)]
+        if any("example_value" not in node.meta for node in sources):
+            return True  # cannot tell
+        tensors = [tensor for tensor in map(_example_of, sources) if tensor is not None]
+        if len(_storages(tensors)) < len(tensors):
+            return True
+    return False
+
+
 def _copied(node: Any) -> Any:
     """What ``node`` copies, if it is a ``clone``; else ``node``."""
     if getattr(node, "target", None) in (torch.clone, torch.Tensor.clone):

@@ -135,6 +135,13 @@ def _capture(context: Any) -> None:
     conds = attempt.added(torch.ops.higher_order.cond)
     try:
         returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
+        if any(aliasing.results_share_memory(tracer.output, cond) for cond in conds):
+            reason = (
+                "two of its results share memory (one tensor twice, or a view of another): "
+                "torch.cond returns a copy of each"
+            )
+            site.abandon(context, "continuation", attempt, reason)
+            return
         for cond in conds:
             cond_layout.pin_operands(attempt.graph, cond, versions)
     except (AttributeError, KeyError) as error:
