@@ -679,6 +679,21 @@ def branch_value_updated_after(x):
     t.add_(1)
     return y
 
+def compared_by_identity(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    if y is t:
+        return y + 1
+    return y - 1
+
+def identity_of_a_conditional(x):
+    t = x * 2
+    y = t if x.sum() > 0 else x * 3
+    return y + (id(y) == id(t))
+
 def one_tensor_twice(x):
     t = x * 2
     if x.sum() > 0:
@@ -735,6 +750,17 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
     # a branch gave: the original updates the one tensor y and x (or t) hold, a merged y
     # is a second one.  Checked when the graph ends (runtime/aliasing.py).
     _updated_alike(load_both, name)
+
+
+@pytest.mark.parametrize("name", ["compared_by_identity", "identity_of_a_conditional"])
+def test_a_merged_value_whose_identity_is_compared_keeps_the_if(load_both, name):
+    # `y is t`, `id(y)`: a merged y is a new tensor, never the one the branch gave.
+    plain, rewritten = load_both(ALIASED_AND_UPDATED)
+    for sign in (1.0, -1.0):
+        x = sign * torch.arange(1.0, 5.0)
+        torch._dynamo.reset()
+        compiled = torch.compile(getattr(rewritten, name), backend="eager")
+        assert torch.equal(compiled(x), getattr(plain, name)(x))
 
 
 @pytest.mark.parametrize("name", ["one_tensor_twice", "one_tensor_from_two_sites"])

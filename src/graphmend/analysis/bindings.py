@@ -190,6 +190,37 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
     return False
 
 
+def identity_used_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
+    """Whether the identity of the object ``name`` holds may be used after ``site``: an
+    operand of ``is`` or ``is not`` (except against a constant, as ``y is None``) or an
+    argument of ``id()``, directly or through a name bound later to it or a view of it
+    (:func:`_views_after`)."""
+    continuation = _continuation(function, site)
+    if continuation is None:
+        return True
+    views = _views_after(continuation, name)
+    for statement in continuation:
+        for node in walk(statement):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                for op, left, right in zip(node.ops, operands[:-1], operands[1:], strict=True):
+                    if (
+                        isinstance(op, ast.Is | ast.IsNot)
+                        and not isinstance(left, ast.Constant)
+                        and not isinstance(right, ast.Constant)
+                        and (_is_any(left, views) or _is_any(right, views))
+                    ):
+                        return True
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "id"
+                and any(_is_any(argument, views) for argument in node.args)
+            ):
+                return True
+    return False
+
+
 def _views_after(continuation: list[ast.stmt], name: str) -> frozenset[str]:
     """``name``, and the names bound in ``continuation`` to what may be its object or a
     view of it, transitively: an expression that starts from one of them (the name, an

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import (
     assigned_on_every_path,
+    identity_used_after,
     is_name_target,
     live_after,
     stored_names,
@@ -227,15 +228,8 @@ class _Site:
             everywhere = name in assigned_on_every_path(self.then_arm) and name in (
                 assigned_on_every_path(self.else_arm)
             )
-            if (
-                (everywhere or name in self.bound)
-                and not self.nested
-                and used_in_place_after(function, self.statement, name)
-            ):
-                raise Decline(
-                    f"{name} is updated in place after the if; a merged value is a new "
-                    "tensor, so the update would no longer reach the object it held"
-                )
+            if (everywhere or name in self.bound) and not self.nested:
+                _check_not_told_apart_after(function, self.statement, name, "the if")
             if everywhere or name in self.bound:
                 outputs.append(name)
             elif self.nested or live_after(function, self.statement, name):
@@ -553,12 +547,24 @@ class _ConditionalExpressions(ast.NodeTransformer):
         function = self.rewriter.enclosing.functions[-1]
         assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
         for name in sorted(frozenset().union(*(stored_names(t) for t in targets))):
-            if used_in_place_after(function, statement, name):
-                raise Decline(
-                    f"{name} is updated in place after the conditional expression; a "
-                    "merged value is a new tensor, so the update would no longer reach "
-                    "the object it held"
-                )
+            _check_not_told_apart_after(function, statement, name, "the conditional expression")
+
+
+def _check_not_told_apart_after(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, site: ast.stmt, name: str, what: str
+) -> None:
+    """Decline when code after ``site`` could tell a merged ``name`` (a new tensor) from
+    the object the original binds there: by updating it in place, or by its identity."""
+    if used_in_place_after(function, site, name):
+        raise Decline(
+            f"{name} is updated in place after {what}; a merged value is a new tensor, so "
+            "the update would no longer reach the object it held"
+        )
+    if identity_used_after(function, site, name):
+        raise Decline(
+            f"{name}'s identity is compared after {what} (is, id()); a merged value is a "
+            "new tensor, not the object the original holds"
+        )
 
 
 def _first(value: ast.expr) -> ast.Subscript:
