@@ -190,17 +190,29 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
     return False
 
 
+#: What a tensor tells of its memory, and so of which tensor it is.
+_MEMORY_ATTRIBUTES = frozenset(
+    {"data_ptr", "untyped_storage", "storage", "storage_offset", "is_set_to", "_base"}
+)
+
+
 def identity_used_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     """Whether the identity of the object ``name`` holds may be used after ``site``: an
-    operand of ``is`` or ``is not`` (except against a constant, as ``y is None``) or an
-    argument of ``id()``, directly or through a name bound later to it or a view of it
-    (:func:`_views_after`)."""
+    operand of ``is`` or ``is not`` (except against a constant, as ``y is None``), an
+    argument of ``id()``, or its memory read (``y.data_ptr()``, ``y._base``), directly
+    or through a name bound later to it or a view of it (:func:`_views_after`)."""
     continuation = _continuation(function, site)
     if continuation is None:
         return True
     views = _views_after(continuation, name)
     for statement in continuation:
         for node in walk(statement):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in _MEMORY_ATTRIBUTES
+                and _is_any(node.value, views)
+            ):
+                return True
             if isinstance(node, ast.Compare):
                 operands = [node.left, *node.comparators]
                 for op, left, right in zip(node.ops, operands[:-1], operands[1:], strict=True):

@@ -562,8 +562,8 @@ def _check_not_told_apart_after(
         )
     if identity_used_after(function, site, name):
         raise Decline(
-            f"{name}'s identity is compared after {what} (is, id()); a merged value is a "
-            "new tensor, not the object the original holds"
+            f"{name}'s identity is used after {what} (is, id(), data_ptr()); a merged "
+            "value is a new tensor, not the object the original holds"
         )
 
 
