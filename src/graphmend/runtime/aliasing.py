@@ -209,9 +209,10 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
 
 
 def results_share_memory(output: Any, cond: torch.fx.Node) -> bool:
-    """Whether a branch of ``cond``, just traced, returns two results that share memory
-    (one tensor twice, or a tensor and a view of it): the original returns them so, and
-    the caller's update of one shows in the other; the branches return a copy of each."""
+    """Whether a branch of ``cond``, just traced, returns two results that may share an
+    element (one tensor twice, a tensor and a view of it): the original returns them
+    so, and the caller's update of one shows in the other; the branches return a copy
+    of each.  Disjoint views of one tensor (``kv.split(1)``) share none."""
     for branch in cond.args[1:3]:
         graph = output.nn_modules[branch.target].graph
         (results,) = next(node for node in graph.nodes if node.op == "output").args
@@ -219,9 +220,36 @@ def results_share_memory(output: Any, cond: torch.fx.Node) -> bool:
         if any("example_value" not in node.meta for node in sources):
             return True  # cannot tell
         tensors = [tensor for tensor in map(_example_of, sources) if tensor is not None]
-        if len(_storages(tensors)) < len(tensors):
-            return True
+        for i, first in enumerate(tensors):
+            for second in tensors[i + 1 :]:
+                if _storages([first]) == _storages([second]) and _may_overlap(first, second):
+                    return True
     return False
+
+
+def _may_overlap(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """Whether two tensors of one storage may share an element: their spans of memory
+    intersect, or a size, stride or offset is symbolic."""
+    spans = [_span(tensor) for tensor in (first, second)]
+    if spans[0] is None or spans[1] is None:
+        return True
+    (first_start, first_end), (second_start, second_end) = spans
+    return first_start < second_end and second_start < first_end
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The storage positions from ``tensor``'s first element to past its last, or
+    ``None`` where a size, stride or offset is symbolic."""
+    numbers = [tensor.storage_offset(), *tensor.shape, *tensor.stride()]
+    if not all(type(number) is int for number in numbers):
+        return None
+    if 0 in tensor.shape:
+        return (0, 0)
+    start = tensor.storage_offset()
+    reach = sum(
+        (size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
+    return (start, start + reach + 1)
 
 
 def _copied(node: Any) -> Any:
