@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from collections.abc import Collection
+import warnings
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import CodeType
 
@@ -117,9 +119,58 @@ def _text(source: bytes | str) -> str:
     return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def compile_module(tree: ast.Module, filename: str) -> CodeType:
-    """Compile a (rewritten) module tree with the interpreter's optimisation level."""
-    return compile(tree, filename, "exec", dont_inherit=True)
+class CompilerWarningError(Exception):
+    """The compiler warns about the original code and the warning filters make it an
+    error: Python's own loader raises the ``SyntaxError``."""
+
+
+def compile_module(tree: ast.Module, filename: str, source: bytes | str | None = None) -> CodeType:
+    """Compile a (rewritten) module tree with the interpreter's optimisation level.
+
+    The compiler's own warnings (``"is" with a literal``, ``assertion is always
+    true``) concern the original code, which the rewrites copy into generated
+    functions: compiling the copies would issue each once per copy.  The tree is
+    compiled without them; when there were some and ``source`` is given, the
+    original is compiled once more to issue them as Python's own import does
+    (:class:`CompilerWarningError` where the filters make one an error).
+    """
+    try:
+        with _every_warning("error"):
+            return compile(tree, filename, "exec", dont_inherit=True)
+    except (SyntaxError, Warning):  # a warning (SyntaxError: a SyntaxWarning) or an error
+        pass
+    with _every_warning("ignore"):
+        code = compile(tree, filename, "exec", dont_inherit=True)
+    if source is not None:
+        _compile_original(source, filename)
+    return code
+
+
+def _compile_original(source: bytes | str, filename: str) -> None:
+    """Compile ``source`` for the compiler's warnings alone (``parse`` issued the parser's)."""
+    with _every_warning("ignore"):
+        tree = parse(source, filename)
+    try:
+        compile(tree, filename, "exec", dont_inherit=True)
+    except (SyntaxError, Warning) as error:
+        raise CompilerWarningError(str(error)) from error
+
+
+@contextmanager
+def _every_warning(action: str) -> Iterator[None]:
+    """Every warning takes ``action`` in this block.
+
+    ``warnings.catch_warnings`` would also reset what every module's
+    ``__warningregistry__`` records as shown, so that a warning shown once showed
+    again after the import; the compiler keeps no such record, and swapping the list
+    of filters (and back) leaves them as they were.
+    """
+    filters = warnings.filters
+    warnings.filters = [(action, None, Warning, None, 0)]
+    try:
+        yield
+    finally:
+        warnings.filters = filters
 
 
 def _is_torch(module: str | None) -> bool:

@@ -103,7 +103,7 @@ class ModuleRewriter:
 
     def _rewrite(self, filename: str, source: bytes, started: float) -> Outcome:
         # Only now, on a miss: a warm import loads none of the analysis and rewrites.
-        from graphmend.pipeline import compile_module, parse, rewrite
+        from graphmend.pipeline import CompilerWarningError, compile_module, parse, rewrite
 
         try:
             tree = parse(source, filename)
@@ -117,7 +117,9 @@ class ModuleRewriter:
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=_describe(error))
         try:
-            code = compile_module(result.tree, filename)
+            code = compile_module(result.tree, filename, source)
+        except CompilerWarningError:
+            return Outcome(Status.SYNTAX_ERROR, None)
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=f"compiling failed: {_describe(error)}")
         status = Status.REWRITTEN if result.changed else Status.UNCHANGED
