@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -129,6 +130,34 @@ def test_a_failing_script_exits_1_with_what_python_prints(project, source):
     plain = run_python("failing.py", cwd=project)
     mended = run_python("-m", "graphmend", "run", "failing.py", cwd=project)
     assert plain.returncode == mended.returncode == 1
+    assert mended.stderr == plain.stderr
+    assert "graphmend" not in mended.stderr
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import atexit
+    import sys
+
+    atexit.register(lambda: print("atexit ran", file=sys.stderr))
+
+    def wait():
+        raise KeyboardInterrupt
+
+    wait()
+    """
+)
+
+
+@pytest.mark.parametrize("as_module", [False, True], ids=["script", "module"])
+def test_an_interrupted_script_ends_with_what_python_prints(project, as_module):
+    # Ctrl-C: the traceback of the script alone, then the atexit handlers, then the
+    # exit by SIGINT, as with plain python.
+    (project / "interrupted.py").write_text(INTERRUPTED)
+    target = ["-m", "interrupted"] if as_module else ["interrupted.py"]
+    plain = run_python(*target, cwd=project)
+    mended = run_python("-m", "graphmend", "run", *target, cwd=project)
+    assert plain.returncode == mended.returncode == -signal.SIGINT
     assert mended.stderr == plain.stderr
     assert "graphmend" not in mended.stderr
 

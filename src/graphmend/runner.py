@@ -146,14 +146,38 @@ def _install(config: Config) -> Installation:
 def _report_uncaught(run: Callable[[], object]) -> None:
     try:
         run()
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:
+        raise
+    except KeyboardInterrupt as error:
+        # The interpreter reports it and exits as SIGINT does, after the atexit handlers;
+        # it should report it as it does for the script.
+        sys.excepthook = _reporting_once(sys.excepthook, error, _script_traceback(error))
         raise
     except BaseException as error:
         # Report as the interpreter would, without GraphMend's own frames on top.
-        traceback = error.__traceback__
-        while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(
-            _OWN_FILES
-        ):
-            traceback = traceback.tb_next
+        traceback = _script_traceback(error)
         sys.excepthook(type(error), error.with_traceback(traceback), traceback)
         raise SystemExit(1) from None
+
+
+def _script_traceback(error: BaseException) -> types.TracebackType | None:
+    """The traceback of ``error``, caught here, from the script's first frame on."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+        traceback = traceback.tb_next
+    return traceback
+
+
+def _reporting_once(
+    hook: Callable[..., object], error: BaseException, traceback: types.TracebackType | None
+) -> Callable[..., object]:
+    """An excepthook that puts ``hook`` back, and has it report ``error`` with
+    ``traceback`` (the frames above it added on its way out dropped)."""
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: object) -> object:
+        sys.excepthook = hook
+        if value is error:
+            return hook(kind, error.with_traceback(traceback), traceback)
+        return hook(kind, value, tb)
+
+    return excepthook
