@@ -285,6 +285,21 @@ def test_a_cold_import_leaves_the_record_of_warnings_shown_as_it_was(write_modul
     ]
 
 
+def test_warnings_about_other_files_while_compiling_are_issued_after_it():
+    # Another thread's warning, issued while a claimed module compiles, is shown (or
+    # not) by the filters in force, after the compile; it never raises in the import.
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", "raise elsewhere")
+        with pipeline._warnings_held("mine.py") as held:
+            warnings.warn_explicit("about mine", SyntaxWarning, "mine.py", 3)
+            warnings.warn_explicit("elsewhere", UserWarning, "other.py", 7)
+            warnings.warn_explicit("raise elsewhere", UserWarning, "other.py", 8)
+            assert shown == []
+    assert [str(w.message) for w in held] == ["about mine"]
+    assert [(str(w.message), w.filename) for w in shown] == [("elsewhere", "other.py")]
+
+
 def test_a_compiler_warning_made_an_error_is_pythons_syntax_error(write_module, cache_dir, capsys):
     plain = write_module(COMPILER_WARNING)
     claimed = write_module(COMPILER_WARNING)

@@ -9,12 +9,15 @@ here, before any analysis, and recorded as a finding.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
+import threading
 import warnings
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import CodeType
+from typing import Any
 
 from graphmend.analysis.scopes import ModuleScopes
 from graphmend.directives import LeftAlone, skipped_module
@@ -134,43 +137,60 @@ def compile_module(tree: ast.Module, filename: str, source: bytes | str | None =
     original is compiled once more to issue them as Python's own import does
     (:class:`CompilerWarningError` where the filters make one an error).
     """
-    try:
-        with _every_warning("error"):
-            return compile(tree, filename, "exec", dont_inherit=True)
-    except (SyntaxError, Warning):  # a warning (SyntaxError: a SyntaxWarning) or an error
-        pass
-    with _every_warning("ignore"):
+    with _warnings_held(filename) as held:
         code = compile(tree, filename, "exec", dont_inherit=True)
-    if source is not None:
+    if held and source is not None:
         _compile_original(source, filename)
     return code
 
 
 def _compile_original(source: bytes | str, filename: str) -> None:
     """Compile ``source`` for the compiler's warnings alone (``parse`` issued the parser's)."""
-    with _every_warning("ignore"):
+    with _warnings_held(filename):
         tree = parse(source, filename)
     try:
         compile(tree, filename, "exec", dont_inherit=True)
-    except (SyntaxError, Warning) as error:
+    except (SyntaxError, Warning) as error:  # SyntaxError: a SyntaxWarning made an error
         raise CompilerWarningError(str(error)) from error
 
 
+_warnings_swapped = threading.Lock()
+
+
 @contextmanager
-def _every_warning(action: str) -> Iterator[None]:
-    """Every warning takes ``action`` in this block.
+def _warnings_held(filename: str) -> Iterator[list[warnings.WarningMessage]]:
+    """Hold back the warnings about ``filename`` issued in this block (neither shown nor
+    raised) in the list given; those about other files (another thread's) are issued
+    after it.
 
     ``warnings.catch_warnings`` would also reset what every module's
     ``__warningregistry__`` records as shown, so that a warning shown once showed
-    again after the import; the compiler keeps no such record, and swapping the list
-    of filters (and back) leaves them as they were.
+    again after the import; swapping the filters and ``showwarning`` (and back) under
+    the ``always`` action, which records nothing, leaves them as they were.
     """
-    filters = warnings.filters
-    warnings.filters = [(action, None, Warning, None, 0)]
+    caught: list[warnings.WarningMessage] = []
+    held: list[warnings.WarningMessage] = []
+
+    def record(*args: Any) -> None:
+        caught.append(warnings.WarningMessage(*args))
+
     try:
-        yield
+        with _warnings_swapped:  # two threads swapping at once could leave theirs in place
+            saved = warnings.filters, warnings.showwarning
+            warnings.filters, warnings.showwarning = [("always", None, Warning, None, 0)], record
+            try:
+                yield held
+            finally:
+                warnings.filters, warnings.showwarning = saved
     finally:
-        warnings.filters = filters
+        for warning in caught:
+            if warning.filename == filename:
+                held.append(warning)
+            else:
+                with contextlib.suppress(Warning):  # an error in its thread, not this one
+                    warnings.warn_explicit(
+                        warning.message, warning.category, warning.filename, warning.lineno
+                    )
 
 
 def _is_torch(module: str | None) -> bool:
