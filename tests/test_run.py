@@ -102,6 +102,18 @@ def test_linked_script_directory_and_zip_run_as_with_python(project, tmp_path):
     assert (_lines(mended), mended.stderr) == (_lines(plain), plain.stderr)
 
 
+def test_a_path_with_dots_is_kept_as_python_keeps_it(project):
+    # python makes the path absolute without resolving "..": __file__, sys.argv[0],
+    # sys.path[0] of a directory, tracebacks.
+    (project / "app").mkdir()
+    (project / "app" / "__main__.py").write_text(IDENTITY)
+    for target in ("./../script.py", "../app"):
+        plain = run_python(target, "0", cwd=project / "pkg")
+        mended = run_python("-m", "graphmend", "run", target, "0", cwd=project / "pkg")
+        assert plain.returncode == mended.returncode == 0, mended.stderr
+        assert _lines(plain)[:5] == _lines(mended)[:5]
+
+
 def test_a_compiled_script_runs_as_with_python(project):
     # `python script.pyc` runs the bytecode (a sourceless deployment): nothing to rewrite.
     compiled = "import py_compile; py_compile.compile('script.py', cfile='script.pyc')"

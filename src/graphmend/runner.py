@@ -40,7 +40,8 @@ class ScriptError(Exception):
 def run_path(path: str, args: list[str], config: Config) -> None:
     """Execute what ``python path`` executes: a script, or the ``__main__`` module of a
     directory or zip file."""
-    if pkgutil.get_importer(os.path.abspath(path)) is None:
+    absolute = _absolute(path)
+    if pkgutil.get_importer(absolute) is None:
         run_script(path, args, config)
         return
     # As the interpreter does: the directory or archive goes first on sys.path (even under
@@ -48,9 +49,9 @@ def run_path(path: str, args: list[str], config: Config) -> None:
     _install(config.with_more_packages(["__main__"]))
     sys.argv = [path, *args]
     if getattr(sys.flags, "safe_path", False):
-        sys.path.insert(0, os.path.abspath(path))
+        sys.path.insert(0, absolute)
     else:
-        sys.path[0] = os.path.abspath(path)
+        sys.path[0] = absolute
     _run_as_main("__main__", alter_argv=False)
 
 
@@ -59,7 +60,7 @@ def run_script(
 ) -> dict[str, object]:
     """Execute ``path`` as module ``name`` (``__main__``: as ``python path`` would), with
     the hook installed (none when ``config`` is ``None``); returns the module's namespace."""
-    absolute = os.path.abspath(path)
+    absolute = _absolute(path)
     try:
         with open(absolute, "rb") as handle:
             source = handle.read()
@@ -88,6 +89,12 @@ def run_script(
 
     _report_uncaught(execute)
     return main.__dict__
+
+
+def _absolute(path: str) -> str:
+    """``path`` made absolute as the interpreter makes a script's: joined to the current
+    directory, ``..`` and ``.`` kept (``os.path.abspath`` would resolve them)."""
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
 def _is_compiled(path: str, data: bytes) -> bool:
