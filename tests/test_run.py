@@ -146,6 +146,35 @@ def test_a_failing_script_exits_1_with_what_python_prints(project, source):
     assert "graphmend" not in mended.stderr
 
 
+WARNING_SCRIPT = textwrap.dedent(
+    """
+    import torch
+
+    def step(x, k):
+        if x.sum() > 0:
+            y = x * 2 + k
+        else:
+            y = x - 1
+        assert k is not 2
+        return y
+
+    print(step(torch.ones(2), 1))
+    """
+)
+
+
+def test_a_script_warns_and_fails_to_compile_as_with_python_every_run(project):
+    # python compiles a script at every run (no .pyc): its compiler warnings show every
+    # time, and under -W error it never runs, whatever GraphMend's cache holds.
+    (project / "warns.py").write_text(WARNING_SCRIPT)
+    for flags in (["-W", "always"], ["-W", "always"], ["-W", "error"]):
+        plain = run_python(*flags, "warns.py", cwd=project)
+        mended = run_python(*flags, "-m", "graphmend", "run", "warns.py", cwd=project)
+        assert (mended.returncode, mended.stderr) == (plain.returncode, plain.stderr)
+        assert "SyntaxWarning" in plain.stderr or "SyntaxError" in plain.stderr
+        assert mended.stdout == plain.stdout
+
+
 INTERRUPTED = textwrap.dedent(
     """
     import atexit

@@ -50,8 +50,14 @@ class Rewritten:
     changed: bool
 
 
-def parse(source: bytes | str, filename: str) -> ast.Module:
-    """Parse like the interpreter does (coding cookie honoured); raises ``SyntaxError``."""
+def parse(source: bytes | str, filename: str, *, quiet: bool = False) -> ast.Module:
+    """Parse like the interpreter does (coding cookie honoured); raises ``SyntaxError``.
+
+    ``quiet``: without the parser's warnings (the caller's compile issued them).
+    """
+    if quiet:
+        with _warnings_held(filename):
+            return parse(source, filename)
     tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     assert isinstance(tree, ast.Module)
     return tree
@@ -146,8 +152,7 @@ def compile_module(tree: ast.Module, filename: str, source: bytes | str | None =
 
 def _compile_original(source: bytes | str, filename: str) -> None:
     """Compile ``source`` for the compiler's warnings alone (``parse`` issued the parser's)."""
-    with _warnings_held(filename):
-        tree = parse(source, filename)
+    tree = parse(source, filename, quiet=True)
     try:
         compile(tree, filename, "exec", dont_inherit=True)
     except (SyntaxError, Warning) as error:  # SyntaxError: a SyntaxWarning made an error

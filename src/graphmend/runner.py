@@ -69,11 +69,8 @@ def run_script(
             f"can't open file {absolute!r}: [Errno {error.errno}] {error.strerror}"
         ) from None
     compiled = _is_compiled(absolute, source)
-    code = None
-    if config is not None:
-        installation = _install(config)
-        if not compiled:
-            code = installation.finder.rewriter.code_for(name, absolute, source)
+    installation = _install(config) if config is not None else None
+    rewriter = installation.finder.rewriter if installation and not compiled else None
     main = _fresh_main(name)
     machinery = importlib.machinery
     loader = machinery.SourcelessFileLoader if compiled else machinery.SourceFileLoader
@@ -84,8 +81,11 @@ def run_script(
         sys.path[0] = os.path.dirname(os.path.realpath(absolute))
 
     def execute() -> None:
-        # A syntax error in the script is reported as the interpreter reports it.
-        exec(code or _script_code(absolute, source, compiled), main.__dict__)
+        # Compiled first as the interpreter compiles it, every run (a script has no .pyc):
+        # its warnings, and a syntax error reported as the interpreter reports it.
+        plain = _script_code(absolute, source, compiled)
+        code = rewriter.code_for(name, absolute, source, compiled=True) if rewriter else None
+        exec(code or plain, main.__dict__)
 
     _report_uncaught(execute)
     return main.__dict__
