@@ -231,6 +231,93 @@ def test_warnings_made_errors_never_fail_the_import(write_module, cache_dir, mon
     assert f"graphmend could not rewrite {name} (RecursionError" in captured.err
 
 
+# A compiler warning in a branch that the rewrites copy into generated functions.
+COMPILER_WARNING = """
+import torch
+
+def pick(x, k):
+    if x.sum() > 0:
+        y = x * 2 if k is 1 else x
+    else:
+        y = x - 1
+    return y
+"""
+
+
+def _compiler_warnings(name: str) -> list[tuple[type[Warning], str, int]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        importlib.import_module(name)
+    return [(w.category, str(w.message), w.lineno) for w in caught]
+
+
+def test_a_compiler_warning_is_issued_once_as_python_issues_it(write_module, cache_dir, capsys):
+    plain = write_module(COMPILER_WARNING)
+    claimed = write_module(COMPILER_WARNING)
+    expected = _compiler_warnings(plain)
+    _install(claimed, cache_dir=cache_dir)
+    assert (
+        _compiler_warnings(claimed)
+        == expected
+        == [(SyntaxWarning, '"is" with a literal. Did you mean "=="?', 6)]
+    )
+    assert "_@gm_rt" in vars(sys.modules[claimed])
+    assert capsys.readouterr().err == ""
+
+
+def _nudge() -> None:
+    warnings.warn("shown once", UserWarning, stacklevel=1)
+
+
+def test_a_cold_import_leaves_the_record_of_warnings_shown_as_it_was(write_module, cache_dir):
+    # The "default" action shows a warning once per place; a cold import must not make
+    # Python forget that it was shown.
+    name = write_module(COMPILER_WARNING)
+    _install(name, cache_dir=cache_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        _nudge()
+        importlib.import_module(name)
+        _nudge()
+    assert [str(w.message) for w in caught] == [
+        "shown once",
+        '"is" with a literal. Did you mean "=="?',
+    ]
+
+
+def test_warnings_about_other_files_while_compiling_are_issued_after_it():
+    # Another thread's warning, issued while a claimed module compiles, is shown (or
+    # not) by the filters in force, after the compile; it never raises in the import.
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", "raise elsewhere")
+        with pipeline._warnings_held("mine.py") as held:
+            warnings.warn_explicit("about mine", SyntaxWarning, "mine.py", 3)
+            warnings.warn_explicit("elsewhere", UserWarning, "other.py", 7)
+            warnings.warn_explicit("raise elsewhere", UserWarning, "other.py", 8)
+            assert shown == []
+    assert [str(w.message) for w in held] == ["about mine"]
+    assert [(str(w.message), w.filename) for w in shown] == [("elsewhere", "other.py")]
+
+
+def test_a_compiler_warning_made_an_error_is_pythons_syntax_error(write_module, cache_dir, capsys):
+    plain = write_module(COMPILER_WARNING)
+    claimed = write_module(COMPILER_WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(SyntaxError) as expected:
+            importlib.import_module(plain)
+        _install(claimed, cache_dir=cache_dir)
+        with pytest.raises(SyntaxError) as raised:
+            importlib.import_module(claimed)
+    assert (raised.value.msg, raised.value.lineno, raised.value.text) == (
+        expected.value.msg,
+        expected.value.lineno,
+        expected.value.text,
+    )
+    assert capsys.readouterr().err == ""  # no "graphmend could not rewrite"
+
+
 @pytest.mark.parametrize("collecting", [True, False])
 @pytest.mark.parametrize("fails", [False, True])
 def test_the_garbage_collector_is_paused_while_rewriting_and_restored(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -101,6 +102,18 @@ def test_linked_script_directory_and_zip_run_as_with_python(project, tmp_path):
     assert (_lines(mended), mended.stderr) == (_lines(plain), plain.stderr)
 
 
+def test_a_path_with_dots_is_kept_as_python_keeps_it(project):
+    # python makes the path absolute without resolving "..": __file__, sys.argv[0],
+    # sys.path[0] of a directory, tracebacks.
+    (project / "app").mkdir()
+    (project / "app" / "__main__.py").write_text(IDENTITY)
+    for target in ("./../script.py", "../app"):
+        plain = run_python(target, "0", cwd=project / "pkg")
+        mended = run_python("-m", "graphmend", "run", target, "0", cwd=project / "pkg")
+        assert plain.returncode == mended.returncode == 0, mended.stderr
+        assert _lines(plain)[:5] == _lines(mended)[:5]
+
+
 def test_a_compiled_script_runs_as_with_python(project):
     # `python script.pyc` runs the bytecode (a sourceless deployment): nothing to rewrite.
     compiled = "import py_compile; py_compile.compile('script.py', cfile='script.pyc')"
@@ -129,6 +142,63 @@ def test_a_failing_script_exits_1_with_what_python_prints(project, source):
     plain = run_python("failing.py", cwd=project)
     mended = run_python("-m", "graphmend", "run", "failing.py", cwd=project)
     assert plain.returncode == mended.returncode == 1
+    assert mended.stderr == plain.stderr
+    assert "graphmend" not in mended.stderr
+
+
+WARNING_SCRIPT = textwrap.dedent(
+    """
+    import torch
+
+    def step(x, k):
+        if x.sum() > 0:
+            y = x * 2 + k
+        else:
+            y = x - 1
+        assert k is not 2
+        return y
+
+    print(step(torch.ones(2), 1))
+    """
+)
+
+
+def test_a_script_warns_and_fails_to_compile_as_with_python_every_run(project):
+    # python compiles a script at every run (no .pyc): its compiler warnings show every
+    # time, and under -W error it never runs, whatever GraphMend's cache holds.
+    (project / "warns.py").write_text(WARNING_SCRIPT)
+    for flags in (["-W", "always"], ["-W", "always"], ["-W", "error"]):
+        plain = run_python(*flags, "warns.py", cwd=project)
+        mended = run_python(*flags, "-m", "graphmend", "run", "warns.py", cwd=project)
+        assert (mended.returncode, mended.stderr) == (plain.returncode, plain.stderr)
+        assert "SyntaxWarning" in plain.stderr or "SyntaxError" in plain.stderr
+        assert mended.stdout == plain.stdout
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import atexit
+    import sys
+
+    atexit.register(lambda: print("atexit ran", file=sys.stderr))
+
+    def wait():
+        raise KeyboardInterrupt
+
+    wait()
+    """
+)
+
+
+@pytest.mark.parametrize("as_module", [False, True], ids=["script", "module"])
+def test_an_interrupted_script_ends_with_what_python_prints(project, as_module):
+    # Ctrl-C: the traceback of the script alone, then the atexit handlers, then the
+    # exit by SIGINT, as with plain python.
+    (project / "interrupted.py").write_text(INTERRUPTED)
+    target = ["-m", "interrupted"] if as_module else ["interrupted.py"]
+    plain = run_python(*target, cwd=project)
+    mended = run_python("-m", "graphmend", "run", *target, cwd=project)
+    assert plain.returncode == mended.returncode == -signal.SIGINT
     assert mended.stderr == plain.stderr
     assert "graphmend" not in mended.stderr
 

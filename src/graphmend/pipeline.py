@@ -9,10 +9,15 @@ here, before any analysis, and recorded as a finding.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
-from collections.abc import Collection
+import threading
+import warnings
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import CodeType
+from typing import Any
 
 from graphmend.analysis.scopes import ModuleScopes
 from graphmend.directives import LeftAlone, skipped_module
@@ -45,8 +50,14 @@ class Rewritten:
     changed: bool
 
 
-def parse(source: bytes | str, filename: str) -> ast.Module:
-    """Parse like the interpreter does (coding cookie honoured); raises ``SyntaxError``."""
+def parse(source: bytes | str, filename: str, *, quiet: bool = False) -> ast.Module:
+    """Parse like the interpreter does (coding cookie honoured); raises ``SyntaxError``.
+
+    ``quiet``: without the parser's warnings (the caller's compile issued them).
+    """
+    if quiet:
+        with _warnings_held(filename):
+            return parse(source, filename)
     tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     assert isinstance(tree, ast.Module)
     return tree
@@ -117,9 +128,74 @@ def _text(source: bytes | str) -> str:
     return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def compile_module(tree: ast.Module, filename: str) -> CodeType:
-    """Compile a (rewritten) module tree with the interpreter's optimisation level."""
-    return compile(tree, filename, "exec", dont_inherit=True)
+class CompilerWarningError(Exception):
+    """The compiler warns about the original code and the warning filters make it an
+    error: Python's own loader raises the ``SyntaxError``."""
+
+
+def compile_module(tree: ast.Module, filename: str, source: bytes | str | None = None) -> CodeType:
+    """Compile a (rewritten) module tree with the interpreter's optimisation level.
+
+    The compiler's own warnings (``"is" with a literal``, ``assertion is always
+    true``) concern the original code, which the rewrites copy into generated
+    functions: compiling the copies would issue each once per copy.  The tree is
+    compiled without them; when there were some and ``source`` is given, the
+    original is compiled once more to issue them as Python's own import does
+    (:class:`CompilerWarningError` where the filters make one an error).
+    """
+    with _warnings_held(filename) as held:
+        code = compile(tree, filename, "exec", dont_inherit=True)
+    if held and source is not None:
+        _compile_original(source, filename)
+    return code
+
+
+def _compile_original(source: bytes | str, filename: str) -> None:
+    """Compile ``source`` for the compiler's warnings alone (``parse`` issued the parser's)."""
+    tree = parse(source, filename, quiet=True)
+    try:
+        compile(tree, filename, "exec", dont_inherit=True)
+    except (SyntaxError, Warning) as error:  # SyntaxError: a SyntaxWarning made an error
+        raise CompilerWarningError(str(error)) from error
+
+
+_warnings_swapped = threading.Lock()
+
+
+@contextmanager
+def _warnings_held(filename: str) -> Iterator[list[warnings.WarningMessage]]:
+    """Hold back the warnings about ``filename`` issued in this block (neither shown nor
+    raised) in the list given; those about other files (another thread's) are issued
+    after it.
+
+    ``warnings.catch_warnings`` would also reset what every module's
+    ``__warningregistry__`` records as shown, so that a warning shown once showed
+    again after the import; swapping the filters and ``showwarning`` (and back) under
+    the ``always`` action, which records nothing, leaves them as they were.
+    """
+    caught: list[warnings.WarningMessage] = []
+    held: list[warnings.WarningMessage] = []
+
+    def record(*args: Any) -> None:
+        caught.append(warnings.WarningMessage(*args))
+
+    try:
+        with _warnings_swapped:  # two threads swapping at once could leave theirs in place
+            saved = warnings.filters, warnings.showwarning
+            warnings.filters, warnings.showwarning = [("always", None, Warning, None, 0)], record
+            try:
+                yield held
+            finally:
+                warnings.filters, warnings.showwarning = saved
+    finally:
+        for warning in caught:
+            if warning.filename == filename:
+                held.append(warning)
+            else:
+                with contextlib.suppress(Warning):  # an error in its thread, not this one
+                    warnings.warn_explicit(
+                        warning.message, warning.category, warning.filename, warning.lineno
+                    )
 
 
 def _is_torch(module: str | None) -> bool:

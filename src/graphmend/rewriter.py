@@ -64,9 +64,15 @@ class ModuleRewriter:
         self.cache = BytecodeCache(config.cache_dir) if config.cache_enabled else None
         self._warned: set[str] = set()
 
-    def code_for(self, module_name: str, filename: str, source: bytes) -> CodeType | None:
-        """The code to execute for a module, or ``None`` to load it as Python would."""
-        outcome = self.build(module_name, filename, source)
+    def code_for(
+        self, module_name: str, filename: str, source: bytes, *, compiled: bool = False
+    ) -> CodeType | None:
+        """The code to execute for a module, or ``None`` to load it as Python would.
+
+        ``compiled``: the caller has compiled ``source`` as Python does, issuing its
+        warnings, which the rewrite then does not issue again.
+        """
+        outcome = self.build(module_name, filename, source, compiled=compiled)
         if self.config.debug:
             write_stderr(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
@@ -78,8 +84,11 @@ class ModuleRewriter:
             )
         return outcome.code
 
-    def build(self, module_name: str, filename: str, source: bytes) -> Outcome:
-        """Produce (or read back) the code for one module and say what happened."""
+    def build(
+        self, module_name: str, filename: str, source: bytes, *, compiled: bool = False
+    ) -> Outcome:
+        """Produce (or read back) the code for one module and say what happened
+        (``compiled``: as for :meth:`code_for`)."""
         skipped = skipped_module(source)  # a byte search, before the cache
         if skipped is not None:
             reason = f"{skipped.reason} (line {skipped.lineno})"
@@ -96,17 +105,17 @@ class ModuleRewriter:
             if entry is not None:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary)
         with _collector_paused():
-            outcome = self._rewrite(filename, source, started)
+            outcome = self._rewrite(filename, source, started, compiled)
         if outcome.code is not None and self.cache is not None and key is not None:
             self.cache.store(module_name, key, outcome.code, outcome.summary)
         return outcome
 
-    def _rewrite(self, filename: str, source: bytes, started: float) -> Outcome:
+    def _rewrite(self, filename: str, source: bytes, started: float, compiled: bool) -> Outcome:
         # Only now, on a miss: a warm import loads none of the analysis and rewrites.
-        from graphmend.pipeline import compile_module, parse, rewrite
+        from graphmend.pipeline import CompilerWarningError, compile_module, parse, rewrite
 
         try:
-            tree = parse(source, filename)
+            tree = parse(source, filename, quiet=compiled)
         except (SyntaxError, ValueError):  # ValueError: null bytes in the source
             # Python's own loader raises the very same error, with its usual traceback.
             return Outcome(Status.SYNTAX_ERROR, None)
@@ -117,7 +126,9 @@ class ModuleRewriter:
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=_describe(error))
         try:
-            code = compile_module(result.tree, filename)
+            code = compile_module(result.tree, filename, None if compiled else source)
+        except CompilerWarningError:
+            return Outcome(Status.SYNTAX_ERROR, None)
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=f"compiling failed: {_describe(error)}")
         status = Status.REWRITTEN if result.changed else Status.UNCHANGED

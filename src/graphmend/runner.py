@@ -40,7 +40,8 @@ class ScriptError(Exception):
 def run_path(path: str, args: list[str], config: Config) -> None:
     """Execute what ``python path`` executes: a script, or the ``__main__`` module of a
     directory or zip file."""
-    if pkgutil.get_importer(os.path.abspath(path)) is None:
+    absolute = _absolute(path)
+    if pkgutil.get_importer(absolute) is None:
         run_script(path, args, config)
         return
     # As the interpreter does: the directory or archive goes first on sys.path (even under
@@ -48,9 +49,9 @@ def run_path(path: str, args: list[str], config: Config) -> None:
     _install(config.with_more_packages(["__main__"]))
     sys.argv = [path, *args]
     if getattr(sys.flags, "safe_path", False):
-        sys.path.insert(0, os.path.abspath(path))
+        sys.path.insert(0, absolute)
     else:
-        sys.path[0] = os.path.abspath(path)
+        sys.path[0] = absolute
     _run_as_main("__main__", alter_argv=False)
 
 
@@ -59,7 +60,7 @@ def run_script(
 ) -> dict[str, object]:
     """Execute ``path`` as module ``name`` (``__main__``: as ``python path`` would), with
     the hook installed (none when ``config`` is ``None``); returns the module's namespace."""
-    absolute = os.path.abspath(path)
+    absolute = _absolute(path)
     try:
         with open(absolute, "rb") as handle:
             source = handle.read()
@@ -68,11 +69,8 @@ def run_script(
             f"can't open file {absolute!r}: [Errno {error.errno}] {error.strerror}"
         ) from None
     compiled = _is_compiled(absolute, source)
-    code = None
-    if config is not None:
-        installation = _install(config)
-        if not compiled:
-            code = installation.finder.rewriter.code_for(name, absolute, source)
+    installation = _install(config) if config is not None else None
+    rewriter = installation.finder.rewriter if installation and not compiled else None
     main = _fresh_main(name)
     machinery = importlib.machinery
     loader = machinery.SourcelessFileLoader if compiled else machinery.SourceFileLoader
@@ -83,11 +81,20 @@ def run_script(
         sys.path[0] = os.path.dirname(os.path.realpath(absolute))
 
     def execute() -> None:
-        # A syntax error in the script is reported as the interpreter reports it.
-        exec(code or _script_code(absolute, source, compiled), main.__dict__)
+        # Compiled first as the interpreter compiles it, every run (a script has no .pyc):
+        # its warnings, and a syntax error reported as the interpreter reports it.
+        plain = _script_code(absolute, source, compiled)
+        code = rewriter.code_for(name, absolute, source, compiled=True) if rewriter else None
+        exec(code or plain, main.__dict__)
 
     _report_uncaught(execute)
     return main.__dict__
+
+
+def _absolute(path: str) -> str:
+    """``path`` made absolute as the interpreter makes a script's: joined to the current
+    directory, ``..`` and ``.`` kept (``os.path.abspath`` would resolve them)."""
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
 def _is_compiled(path: str, data: bytes) -> bool:
@@ -146,14 +153,38 @@ def _install(config: Config) -> Installation:
 def _report_uncaught(run: Callable[[], object]) -> None:
     try:
         run()
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:
+        raise
+    except KeyboardInterrupt as error:
+        # The interpreter reports it and exits as SIGINT does, after the atexit handlers;
+        # it should report it as it does for the script.
+        sys.excepthook = _reporting_once(sys.excepthook, error, _script_traceback(error))
         raise
     except BaseException as error:
         # Report as the interpreter would, without GraphMend's own frames on top.
-        traceback = error.__traceback__
-        while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(
-            _OWN_FILES
-        ):
-            traceback = traceback.tb_next
+        traceback = _script_traceback(error)
         sys.excepthook(type(error), error.with_traceback(traceback), traceback)
         raise SystemExit(1) from None
+
+
+def _script_traceback(error: BaseException) -> types.TracebackType | None:
+    """The traceback of ``error``, caught here, from the script's first frame on."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+        traceback = traceback.tb_next
+    return traceback
+
+
+def _reporting_once(
+    hook: Callable[..., object], error: BaseException, traceback: types.TracebackType | None
+) -> Callable[..., object]:
+    """An excepthook that puts ``hook`` back, and has it report ``error`` with
+    ``traceback`` (the frames above it added on its way out dropped)."""
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: object) -> object:
+        sys.excepthook = hook
+        if value is error:
+            return hook(kind, error.with_traceback(traceback), traceback)
+        return hook(kind, value, tb)
+
+    return excepthook
