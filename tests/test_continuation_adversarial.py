@@ -218,40 +218,19 @@ def test_a_result_that_is_the_callers_tensor_stays_it(load_both) -> None:
         assert torch.compile(mended.g, backend="eager")(x) is x
 
 
-#: The rest of the function returns one tensor twice, or a tensor and a view of it.
-RETURNS_SHARED_MEMORY = """
-import torch
-
-def twice(x):
-    if x.sum() > 0:
-        m = None
-    else:
-        m = x > 0
-    h = x * 2
-    if m is not None:
-        h = h * m
-    return h, h
-
-def with_a_view(x):
-    if x.sum() > 0:
-        m = None
-    else:
-        m = x > 0
-    h = x * 2
-    if m is not None:
-        h = h * m
-    return h, h[:2]
-
-def disjoint_parts(x):
-    if x.sum() > 0:
-        m = None
-    else:
-        m = x > 0
-    h = x * 2
-    if m is not None:
-        h = h * m
-    return h.split(1)
-"""
+#: Functions whose rest (continued) returns one tensor twice, a tensor and a view of
+#: it, or disjoint pieces of one tensor.
+RETURNS_SHARED_MEMORY = "import torch\n" + "".join(
+    f"\ndef {name}(x):\n"
+    "    if x.sum() > 0:\n        m = None\n    else:\n        m = x > 0\n"
+    "    h = x * 2\n    if m is not None:\n        h = h * m\n"
+    f"    return {returned}\n"
+    for name, returned in [
+        ("twice", "h, h"),
+        ("with_a_view", "h, h[:2]"),
+        ("disjoint_parts", "h.split(1)"),
+    ]
+)
 
 
 @pytest.mark.parametrize("name", ["twice", "with_a_view"])

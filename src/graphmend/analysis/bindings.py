@@ -9,7 +9,7 @@ usual definite-assignment one, conservative about loops and ``try``.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from graphmend.analysis.walking import walk
 
@@ -162,32 +162,48 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
 
     ``name`` may also be an attribute chain, as written (``self.inv_freq``).
     """
+    return _used_after(function, site, name, _updates_in_place)
+
+
+def identity_used_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
+    """Whether the identity of the object ``name`` holds may be used after ``site``: an
+    operand of ``is`` or ``is not`` (except against a constant, as ``y is None``), an
+    argument of ``id()``, or its memory read (``y.data_ptr()``, ``y._base``), directly
+    or through a name bound later to it or a view of it (:func:`_views_after`)."""
+    return _used_after(function, site, name, _uses_identity)
+
+
+def _used_after(
+    function: FunctionNode,
+    site: ast.stmt,
+    name: str,
+    uses: Callable[[ast.AST, frozenset[str]], bool],
+) -> bool:
+    """Whether a node that may run after ``site`` ``uses`` the object ``name`` holds,
+    given the names that may hold it or a view of it (True where that is unknown)."""
     continuation = _continuation(function, site)
     if continuation is None:
         return True
     views = _views_after(continuation, name)
-    for statement in continuation:
-        for node in walk(statement):
-            if isinstance(node, ast.AugAssign) and _is_any(node.target, views):
-                return True
-            if (
-                isinstance(node, ast.Subscript | ast.Attribute)
-                and isinstance(node.ctx, ast.Store)
-                and _is_any(node.value, views)
-            ):
-                return True
-            if isinstance(node, ast.Call):
-                func = node.func
-                if (
-                    isinstance(func, ast.Attribute)
-                    and func.attr.endswith("_")
-                    and not func.attr.startswith("__")
-                    and _is_any(func.value, views)
-                ):
-                    return True
-                if any(k.arg == "out" and _is_any(k.value, views) for k in node.keywords):
-                    return True
-    return False
+    return any(uses(node, views) for statement in continuation for node in walk(statement))
+
+
+def _updates_in_place(node: ast.AST, views: frozenset[str]) -> bool:
+    if isinstance(node, ast.AugAssign):
+        return _is_any(node.target, views)
+    if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(node.ctx, ast.Store):
+        return _is_any(node.value, views)
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr.endswith("_")
+        and not func.attr.startswith("__")
+        and _is_any(func.value, views)
+    ):
+        return True
+    return any(k.arg == "out" and _is_any(k.value, views) for k in node.keywords)
 
 
 #: What a tensor tells of its memory, and so of which tensor it is.
@@ -196,41 +212,24 @@ _MEMORY_ATTRIBUTES = frozenset(
 )
 
 
-def identity_used_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
-    """Whether the identity of the object ``name`` holds may be used after ``site``: an
-    operand of ``is`` or ``is not`` (except against a constant, as ``y is None``), an
-    argument of ``id()``, or its memory read (``y.data_ptr()``, ``y._base``), directly
-    or through a name bound later to it or a view of it (:func:`_views_after`)."""
-    continuation = _continuation(function, site)
-    if continuation is None:
-        return True
-    views = _views_after(continuation, name)
-    for statement in continuation:
-        for node in walk(statement):
-            if (
-                isinstance(node, ast.Attribute)
-                and node.attr in _MEMORY_ATTRIBUTES
-                and _is_any(node.value, views)
-            ):
-                return True
-            if isinstance(node, ast.Compare):
-                operands = [node.left, *node.comparators]
-                for op, left, right in zip(node.ops, operands[:-1], operands[1:], strict=True):
-                    if (
-                        isinstance(op, ast.Is | ast.IsNot)
-                        and not isinstance(left, ast.Constant)
-                        and not isinstance(right, ast.Constant)
-                        and (_is_any(left, views) or _is_any(right, views))
-                    ):
-                        return True
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id == "id"
-                and any(_is_any(argument, views) for argument in node.args)
-            ):
-                return True
-    return False
+def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
+    if isinstance(node, ast.Attribute) and node.attr in _MEMORY_ATTRIBUTES:
+        return _is_any(node.value, views)
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        return any(
+            isinstance(op, ast.Is | ast.IsNot)
+            and not isinstance(left, ast.Constant)
+            and not isinstance(right, ast.Constant)
+            and (_is_any(left, views) or _is_any(right, views))
+            for op, left, right in zip(node.ops, operands[:-1], operands[1:], strict=True)
+        )
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "id"
+        and any(_is_any(argument, views) for argument in node.args)
+    )
 
 
 def _views_after(continuation: list[ast.stmt], name: str) -> frozenset[str]:
