@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
@@ -713,6 +714,16 @@ def one_tensor_twice(x):
         b = x * 4
     return a, b
 
+def disjoint_rows(x):
+    t = x.reshape(2, 2) * 2
+    if x.sum() > 0:
+        a = t[0]
+        b = t[1]
+    else:
+        a = x[:2] * 3
+        b = x[2:] * 4
+    return a, b
+
 def one_tensor_from_two_sites(x):
     t = x * 2
     if x.sum() > 0:
@@ -789,6 +800,19 @@ def test_merged_values_that_may_be_one_tensor_keep_the_if(load_both, name):
         for outputs in (expected, result):
             outputs[0].add_(100)
         assert all(map(torch.equal, result, expected))
+
+
+def test_merged_values_from_disjoint_rows_of_one_tensor_are_merged(load_both):
+    # t[0] and t[1] share no element: the caller's update of one never shows in the
+    # other, so the merge holds (one graph where plain compile makes two).
+    plain, rewritten = load_both(ALIASED_AND_UPDATED)
+    for sign in (1.0, -1.0):
+        x = sign * torch.arange(1.0, 5.0)
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        result = torch.compile(rewritten.disjoint_rows, backend=counter)(x)
+        assert all(map(torch.equal, result, plain.disjoint_rows(x)))
+        assert counter.frame_count == 1
 
 
 def test_a_merged_value_returned_with_the_callers_tensor_keeps_the_if(load_both):

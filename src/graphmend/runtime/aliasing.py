@@ -13,8 +13,9 @@ reading the other, or by getting both:
 * the merged tensor leaving the graph while a branch's tensor, or one sharing
   its memory, is a graph input or leaves it too: the caller holds two tensors
   where the original holds one, and may update either after the call;
-* two merged tensors leaving the graph whose branches may give the same tensor
-  (``a = t; b = t``, in one site or two): the original returns one tensor twice.
+* two merged tensors leaving the graph whose branches may give tensors sharing an
+  element (``a = t; b = t``, in one site or two): the original returns one tensor
+  twice, and the caller's update of one shows in the other.
 
 Neither can be seen at the site, so :func:`watch` records what it merged, and
 when TorchDynamo is about to compile the graph each record is checked.  A merge
@@ -93,11 +94,11 @@ class _Merge:
                 for merged_elsewhere, other in peer.leaving(outputs)
                 if merged_elsewhere is not merged
             ]
-            if any(_storages(tensors) & _storages(other) for other in others):
+            if any(_may_share_an_element(tensors, other) for other in others):
                 return (
-                    "two merged tensors leave the graph, and their branches may give the "
-                    "same tensor: the caller would hold two tensors where the original "
-                    "holds one"
+                    "two merged tensors leave the graph, and their branches may give "
+                    "tensors that share memory: the caller's update of one would not "
+                    "show in the other"
                 )
         return None
 
@@ -220,11 +221,18 @@ def results_share_memory(output: Any, cond: torch.fx.Node) -> bool:
         if any("example_value" not in node.meta for node in sources):
             return True  # cannot tell
         tensors = [tensor for tensor in map(_example_of, sources) if tensor is not None]
-        for i, first in enumerate(tensors):
-            for second in tensors[i + 1 :]:
-                if _storages([first]) == _storages([second]) and _may_overlap(first, second):
-                    return True
+        if any(_may_share_an_element([t], tensors[i + 1 :]) for i, t in enumerate(tensors)):
+            return True
     return False
+
+
+def _may_share_an_element(firsts: list[torch.Tensor], seconds: list[torch.Tensor]) -> bool:
+    """Whether a tensor of ``firsts`` and one of ``seconds`` may share an element."""
+    return any(
+        _storages([first]) == _storages([second]) and _may_overlap(first, second)
+        for first in firsts
+        for second in seconds
+    )
 
 
 def _may_overlap(first: torch.Tensor, second: torch.Tensor) -> bool:
