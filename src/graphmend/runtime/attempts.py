@@ -53,6 +53,7 @@ class Attempt:
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
         self.installed = self._installed()
+        self.valued = self._valued_arguments()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
 
     def _installed(self) -> tuple[int, int, int]:
@@ -82,6 +83,27 @@ class Attempt:
         del self.tracer.debug_locals[self.deferred :]
         del getattr(self.tracer.output, _CHECKS, [])[self.checks :]
 
+    def _valued_arguments(self) -> set[str]:
+        """The names of the frame's arguments whose values TorchDynamo guards on."""
+        from torch._dynamo.source import LocalSource
+
+        return {
+            guard.originating_source.local_name
+            for guard in self.tracer.output.guards
+            if isinstance(guard.originating_source, LocalSource)
+            and guard.inner_create_fn().__name__ in _VALUE_GUARDS
+        }
+
+    def pinned_argument(self) -> str | None:
+        """An ``int`` or ``float`` argument of the frame whose value the attempt made
+        TorchDynamo guard on, first, or ``None``: the frame would compile again when it
+        changes, where the original, not running this code, guards nothing of it."""
+        arguments = self.tracer.output.root_tx.f_locals
+        for name in sorted(self._valued_arguments() - self.valued):
+            if type(arguments.get(name)) in (int, float):
+                return f"{name}={arguments[name]!r}"
+        return None
+
     def pinned_size(self) -> str | None:
         """A guard the attempt installed that holds for one value of a symbolic size
         (``Eq(<size expression>, <number>)``), or ``None``.  By default a size is
@@ -102,6 +124,8 @@ class Attempt:
         return None
 
 
+#: TorchDynamo's guards that hold for one value of what they guard.
+_VALUE_GUARDS = frozenset({"CONSTANT_MATCH", "EQUALS_MATCH"})
 #: The attribute of a speculation log entry that marks a site to keep its break.
 _KEPT = "graphmend_keeps_break"
 #: The attribute of the ``OutputGraph`` being traced that lists the checks to make before
@@ -122,6 +146,9 @@ class Site:
         self.log = tracer.speculation_log
         self.entry = tracer.speculate()
         self.position = self.log.index  # the entries after the site's own
+        # what the tracer held when the site was opened (open_site), for a site whose
+        # runtime function inspects its arguments before its attempt: their guards count
+        self.opened: Attempt | None = None
         # fullgraph=True (or error_on_graph_break): a break would fail the compile
         self.one_graph = bool(tracer.one_graph or getattr(tracer, "error_on_graph_break", False))
 
@@ -138,6 +165,16 @@ class Site:
         if guard is not None and not self.one_graph:
             self.keep_break(f"tracing it pins a dynamic size to one size ({guard})")
 
+    def keep_arguments_unpinned(self, attempt: Attempt) -> None:
+        """Keep the break (:meth:`keep_break`) if tracing a branch made TorchDynamo guard
+        on the value of a number argument first (:meth:`Attempt.pinned_argument`): the
+        frame would compile again when it changes (and fail under ``error_on_recompile``),
+        where the original, taking the other branch, never traced that read.  Not where
+        the frame must be one graph."""
+        argument = (self.opened or attempt).pinned_argument()
+        if argument is not None and not self.one_graph:
+            self.keep_break(f"tracing it guards on the value of an argument ({argument})")
+
     def abandon(self, context: Any, rewrite: str, attempt: Attempt, reason: str) -> None:
         """Give up ``attempt``: restart the analysis if it left guards or graph inputs
         (:meth:`keep_break_if_guarded`), else undo it; ``reason`` is recorded for
@@ -149,7 +186,7 @@ class Site:
     def keep_break_if_guarded(self, attempt: Attempt, reason: str) -> None:
         """Keep the break (:meth:`keep_break`) if the failed attempt left guards or graph
         inputs behind; otherwise the caller undoes it."""
-        if attempt.left_guards():
+        if (self.opened or attempt).left_guards():
             self.keep_break(reason)
 
     def keep_break(self, reason: str) -> None:
@@ -198,6 +235,7 @@ def _open(context: Any) -> None:
         return
     caller = tracer.parent  # the site's runtime function, whose declines are recorded
     setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
+    site.opened = attempt
     setattr(caller, _OPENED, site)
 
 
@@ -285,6 +323,7 @@ def _call(context: Any) -> None:
         site.abandon(context, rewrite, attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
+    site.keep_arguments_unpinned(attempt)
     tracer.symbolic_locals["result"] = result
 
 

@@ -26,7 +26,14 @@ from typing import Any
 import torch
 
 from graphmend.runtime import aliasing, cond_layout
-from graphmend.runtime.attempts import Attempt, Site, first_line, tracer_control
+from graphmend.runtime.attempts import (
+    Attempt,
+    Site,
+    first_line,
+    open_site,
+    opened_site,
+    tracer_control,
+)
 from graphmend.runtime.conditions import is_scalar_tensor, truth
 from graphmend.runtime.fallbacks import declined, record_at
 
@@ -48,6 +55,8 @@ def continuation(
         return None
     if torch.is_grad_enabled():
         declined("continuation", "autograd records: torch.cond is used only in inference")
+        return None
+    if open_site("continuation") is not None:
         return None
     sparse = any(_strided_view(v) for v in (*then_arguments, *else_arguments))
     if sparse and layout_matters:
@@ -114,7 +123,7 @@ def _capture(context: Any) -> None:
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
         attempt = Attempt(tracer)
-        site = Site(tracer)
+        site = opened_site(tracer) or Site(tracer)
         versions = cond_layout.tensor_versions(attempt.graph)  # before the branches run
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
@@ -132,6 +141,7 @@ def _capture(context: Any) -> None:
         site.abandon(context, "continuation", attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
+    site.keep_arguments_unpinned(attempt)
     conds = attempt.added(torch.ops.higher_order.cond)
     try:
         returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
