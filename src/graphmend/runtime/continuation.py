@@ -125,12 +125,16 @@ def _capture(context: Any) -> None:
         attempt = Attempt(tracer)
         site = opened_site(tracer) or Site(tracer)
         versions = cond_layout.tensor_versions(attempt.graph)  # before the branches run
-    except (AttributeError, ImportError, KeyError, TypeError) as error:
+        sparse = context.get_local("sparse").as_python_constant()
+    except (AttributeError, ImportError, KeyError, NotImplementedError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
     kept = site.kept_break()
     if kept is not None:
         record_at(context, "continuation", kept)
+        return
+    if sparse and not site.one_graph:
+        site.abandon(context, "continuation", attempt, _COPIED_VIEW)
         return
     try:
         result = handler.call_function(tracer, arguments, {})
@@ -160,6 +164,16 @@ def _capture(context: Any) -> None:
         site.abandon(context, "continuation", attempt, reason)
         return
     frame_locals["merged"] = result
+
+
+#: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
+#: where a break fails the call): the branches see its dense copy, and a result computed
+#: from it may be laid out otherwise than the original's (``x.t() * 2`` of an expanded
+#: ``x`` is contiguous, of its copy transposed), so that a caller's ``.view`` fails.
+_COPIED_VIEW = (
+    "an argument is a strided view: the branches would see a dense copy, and their "
+    "results could be laid out otherwise than the original's"
+)
 
 
 def _cond_handler() -> Any:
