@@ -177,6 +177,32 @@ def test_an_untaken_branch_that_reduces_an_empty_tensor_keeps_the_if(load_both, 
     assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
 
 
+@pytest.mark.parametrize(
+    ("then", "otherwise"),
+    [("(x > 0).long() * 2", "(x > 0) - 1"), ("x.long() * 2", "x.long() ** -1")],
+    ids=["bool_subtraction", "negative_integer_power"],
+)
+def test_an_untaken_branch_whose_kernel_refuses_its_operands_keeps_the_if(
+    load_both, then, otherwise
+):
+    # A subtraction with a bool operand and an integer tensor to a negative power trace
+    # (their fake kernels accept them) and raise when they run: merged with torch.where,
+    # the untaken branch failed a call plain compile runs.
+    plain, rewritten = load_both(f"""
+        import torch
+
+        def step(x):
+            if x.sum() > 0:
+                y = {then}
+            else:
+                y = {otherwise}
+            return y
+        """)
+    expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
+    assert expected[0][0] == "ok"
+    assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
+
+
 def test_a_branch_that_reduces_a_tensor_that_is_not_empty_is_still_merged(load_both):
     plain, rewritten = load_both("""
         import torch

@@ -35,7 +35,7 @@ import sympy
 import torch
 
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
-from graphmend.runtime.run_time_errors import reduction_of_empty
+from graphmend.runtime.run_time_errors import raising_operation
 
 
 class Attempt:
@@ -317,9 +317,9 @@ def _call(context: Any) -> None:
         reason = f"a branch cannot be traced: {first_line(error)}"
         site.abandon(context, rewrite, attempt, reason)
         return
-    reduction = reduction_of_empty(attempt.added())
-    if reduction is not None:
-        reason = f"a branch takes {reduction}() of a tensor that may be empty, which raises"
+    raising = raising_operation(attempt.added())
+    if raising is not None:
+        reason = f"a branch {raising}, which raises"
         site.abandon(context, rewrite, attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
