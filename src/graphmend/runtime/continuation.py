@@ -34,7 +34,7 @@ from graphmend.runtime.attempts import (
     opened_site,
     tracer_control,
 )
-from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
 
 
@@ -52,6 +52,8 @@ def continuation(
     ``layout_matters``: their code may update a tensor in place or read its layout
     (strides, contiguity), which a dense copy of an argument would change."""
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
+        return None
+    if without_data(condition):
         return None
     if torch.is_grad_enabled():
         declined("continuation", "autograd records: torch.cond is used only in inference")

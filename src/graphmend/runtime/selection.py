@@ -37,7 +37,7 @@ from torch import nn
 
 from graphmend.runtime.aliasing import watch
 from graphmend.runtime.attempts import call_or_none, open_site
-from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import IMMUTABLE_TYPES
 
@@ -135,6 +135,8 @@ def branch(
     it cannot be merged, or when it cannot be traced.
     """
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
+        return None
+    if without_data(condition):
         return None
     for target in in_place:
         reason = _why_not_writable(target)

@@ -40,7 +40,7 @@ from graphmend.notices import warn
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
-from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import assume_constant_result, format_now, formattable_now
@@ -154,6 +154,8 @@ def _decode(template: str, ints: list[int], floats: list[float], bools: list[boo
 
 def lowerable(condition: Any, *earlier: Any) -> bool:
     """Whether :func:`lower_guard` can put this guard into the graph (message not built yet)."""
+    if without_data(condition, *earlier):
+        return False
     if is_scalar_tensor(condition):
         return True
     return bool(condition) and any(is_scalar_tensor(value) for value in earlier)
