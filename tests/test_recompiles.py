@@ -125,6 +125,15 @@ class MaskOrSlice(nn.Module):
         if m is None:
             return y * 2
         return y + 1
+
+
+class GuardNamesArgument(nn.Module):
+    '''T3: only the message of a guard that never fires reads n.'''
+
+    def forward(self, x, n):
+        if (x < -10).any():
+            raise ValueError(f"too small at step {n}")
+        return x + 1
 """
 
 
@@ -186,6 +195,7 @@ def test_a_failed_attempt_leaves_no_guard_behind(modules, case) -> None:
         ("SlicesByArgument", (1, 2, 3)),
         ("ScalesByArgument", (0.5, 0.25, 0.75)),
         ("MaskOrSlice", (1, 2, 3)),
+        ("GuardNamesArgument", (1, 2, 3)),
     ],
 )
 def test_an_arm_never_taken_guards_no_number_argument(modules, name, values) -> None:

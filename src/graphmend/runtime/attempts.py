@@ -133,6 +133,8 @@ _KEPT = "graphmend_keeps_break"
 _CHECKS = "graphmend_checks_before_compiling"
 #: The attribute of a site's runtime function's tracer that holds its :class:`Site`.
 _OPENED = "graphmend_opened_site"
+#: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
+_LAST_OPENED = "graphmend_last_opened_site"
 #: Restarts GraphMend asks for in one compile of a frame, at most: TorchDynamo gives up
 #: the frame after 100 restarts (its own, one per graph break, count too).
 _MOST_RESTARTS = 16
@@ -237,6 +239,25 @@ def _open(context: Any) -> None:
     setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
     site.opened = attempt
     setattr(caller, _OPENED, site)
+    setattr(tracer.output, _LAST_OPENED, site)
+
+
+def keep_arguments_unpinned() -> None:
+    """Restart the analysis, the site opened last (:func:`open_site`) keeping its break,
+    if what was traced since made TorchDynamo guard first on the value of a number
+    argument (:meth:`Site.keep_arguments_unpinned`).  Called only while tracing."""
+    torch._dynamo.comptime.comptime(_keep_arguments_unpinned)
+
+
+def _keep_arguments_unpinned(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`keep_arguments_unpinned`."""
+    try:
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    except AttributeError:
+        return
+    site = getattr(tracer.output, _LAST_OPENED, None)
+    if site is not None and site.opened is not None:
+        site.keep_arguments_unpinned(site.opened)
 
 
 def opened_site(caller: Any) -> Site | None:
