@@ -127,6 +127,21 @@ class MaskOrSlice(nn.Module):
         return y + 1
 
 
+class ScalesByAttribute(nn.Module):
+    '''T1: only the arm never taken reads the float attribute scale.'''
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = x * self.scale
+        else:
+            y = x - 1
+        return y + 1
+
+
 class GuardNamesArgument(nn.Module):
     '''T3: only the message of a guard that never fires reads n.'''
 
@@ -210,6 +225,27 @@ def test_an_arm_never_taken_guards_no_number_argument(modules, name, values) -> 
         compiled = torch.compile(getattr(module, name)(), backend=counter)
         with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
             results = [compiled(-torch.ones(4, 4), value) for value in values]
+        runs.append((counter.frame_count, results))
+    (plain_graphs, expected), (graphs, results) = runs
+    assert graphs == plain_graphs
+    for result, want in zip(results, expected, strict=True):
+        assert torch.equal(result, want)
+
+
+def test_an_arm_never_taken_guards_no_number_attribute(modules) -> None:
+    """The same for an attribute the caller changes between calls (a schedule)."""
+    plain, mended = modules
+    runs = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        model = module.ScalesByAttribute()
+        counter = CompileCounter()
+        compiled = torch.compile(model, backend=counter)
+        results = []
+        with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
+            for scale in (0.5, 0.25, 0.75):
+                model.scale = scale
+                results.append(compiled(-torch.ones(4, 4)))
         runs.append((counter.frame_count, results))
     (plain_graphs, expected), (graphs, results) = runs
     assert graphs == plain_graphs

@@ -28,6 +28,7 @@ speculation log TorchDynamo keeps across restarts for its own.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,7 +54,7 @@ class Attempt:
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
         self.installed = self._installed()
-        self.valued = self._valued_arguments()
+        self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
 
     def _installed(self) -> tuple[int, int, int]:
@@ -83,25 +84,25 @@ class Attempt:
         del self.tracer.debug_locals[self.deferred :]
         del getattr(self.tracer.output, _CHECKS, [])[self.checks :]
 
-    def _valued_arguments(self) -> set[str]:
-        """The names of the frame's arguments whose values TorchDynamo guards on."""
-        from torch._dynamo.source import LocalSource
-
+    def _valued_sources(self) -> dict[str, Any]:
+        """The sources (by name) whose values TorchDynamo guards on."""
         return {
-            guard.originating_source.local_name
+            guard.name: guard.originating_source
             for guard in self.tracer.output.guards
-            if isinstance(guard.originating_source, LocalSource)
-            and guard.inner_create_fn().__name__ in _VALUE_GUARDS
+            if guard.inner_create_fn().__name__ in _VALUE_GUARDS
         }
 
     def pinned_argument(self) -> str | None:
-        """An ``int`` or ``float`` argument of the frame whose value the attempt made
-        TorchDynamo guard on, first, or ``None``: the frame would compile again when it
-        changes, where the original, not running this code, guards nothing of it."""
+        """An ``int`` or ``float`` that the frame was given (an argument, or an attribute
+        of one: ``self.scale``) whose value the attempt made TorchDynamo guard on, first,
+        or ``None``: the frame would compile again when it changes, where the original,
+        not running this code, guards nothing of it."""
         arguments = self.tracer.output.root_tx.f_locals
-        for name in sorted(self._valued_arguments() - self.valued):
-            if type(arguments.get(name)) in (int, float):
-                return f"{name}={arguments[name]!r}"
+        valued = self._valued_sources()
+        for name in sorted(valued.keys() - self.valued.keys()):
+            value = _value_of(valued[name], arguments)
+            if type(value) in (int, float):
+                return f"{name}={value!r}"
         return None
 
     def pinned_size(self) -> str | None:
@@ -122,6 +123,21 @@ class Attempt:
             ):
                 return str(expr)
         return None
+
+
+def _value_of(source: Any, arguments: dict[str, Any]) -> Any:
+    """What ``source`` names, if it is a frame argument or an attribute chain of one
+    (read without running a property), else ``None``."""
+    from torch._dynamo.source import AttrSource, LocalSource
+
+    if isinstance(source, LocalSource):
+        return arguments.get(source.local_name)
+    if isinstance(source, AttrSource):
+        base = _value_of(source.base, arguments)
+        return None if base is None else inspect.getattr_static(base, source.member, None)
+    if type(source).__name__.endswith("NNModuleSource"):  # the module itself, marked
+        return _value_of(source.base, arguments)
+    return None
 
 
 #: TorchDynamo's guards that hold for one value of what they guard.
