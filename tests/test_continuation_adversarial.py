@@ -21,6 +21,8 @@ X = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
 POSITIVE, NEGATIVE = X.abs() + 0.1, -X.abs() - 0.1
 #: A transposed view: not contiguous.
 TRANSPOSED = torch.randn(4, 2, generator=torch.Generator().manual_seed(1)).t().abs() + 0.1
+#: Expanded: its elements share memory, a strided view (negative: the else branch).
+EXPANDED = (-X[:1].abs() - 0.1).expand(3, 4)
 
 STATE = types.SimpleNamespace(calls=0)
 
@@ -47,6 +49,13 @@ CASES = {
     "contiguity_read": (
         SITE + "    k = 2 if x.is_contiguous() else 3\n    return x * k if y is None else y * k\n",
         [(TRANSPOSED,), (-TRANSPOSED,)],
+    ),
+    # The branches would see a dense copy of the expanded argument: `x.t() * 2` of it is
+    # laid out transposed (of the original, contiguous), and the caller's `.view` failed.
+    "strided_argument_viewed_by_the_caller": (
+        SITE.replace("def f(", "def g(")
+        + "    return x.t() * 2 if y is None else y.t()\n\n\ndef f(x):\n    return g(x).view(-1)\n",
+        [(EXPANDED,), (EXPANDED[:, :2],)],
     ),
     # Output in the rest: tracing both branches defers both calls.
     "print_in_the_rest": (

@@ -177,6 +177,51 @@ def test_an_untaken_branch_that_reduces_an_empty_tensor_keeps_the_if(load_both, 
     assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
 
 
+@pytest.mark.parametrize(
+    ("then", "otherwise"),
+    [("(x > 0).long() * 2", "(x > 0) - 1"), ("x.long() * 2", "x.long() ** -1")],
+    ids=["bool_subtraction", "negative_integer_power"],
+)
+def test_an_untaken_branch_whose_kernel_refuses_its_operands_keeps_the_if(
+    load_both, then, otherwise
+):
+    # A subtraction with a bool operand and an integer tensor to a negative power trace
+    # (their fake kernels accept them) and raise when they run: merged with torch.where,
+    # the untaken branch failed a call plain compile runs.
+    plain, rewritten = load_both(f"""
+        import torch
+
+        def step(x):
+            if x.sum() > 0:
+                y = {then}
+            else:
+                y = {otherwise}
+            return y
+        """)
+    expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
+    assert expected[0][0] == "ok"
+    assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
+
+
+@pytest.mark.parametrize(
+    "site",
+    [
+        "if x.sum() > 0:\n        y = x * 2\n    else:\n        y = x - 1",
+        "if x.sum().item() > 0:\n        y = x * 2\n    else:\n        y = x - 1",
+        'y = x\n    if (x < -10).any():\n        raise ValueError("too small")',
+    ],
+    ids=["merge", "host_read", "guard"],
+)
+def test_a_condition_on_a_meta_tensor_raises_as_the_original(load_both, site):
+    # A meta tensor holds no data: the original raises taking its truth. Merged (or the
+    # guard lowered), the compiled call returned a meta tensor instead.
+    plain, rewritten = load_both(f"import torch\n\ndef step(x):\n    {site}\n    return y + 1\n")
+    meta = torch.empty(3, device="meta")
+    expected = _compiled_outcomes(plain.step, meta)
+    assert expected[0][0] != "ok"
+    assert _compiled_outcomes(rewritten.step, meta) == expected
+
+
 def test_a_branch_that_reduces_a_tensor_that_is_not_empty_is_still_merged(load_both):
     plain, rewritten = load_both("""
         import torch

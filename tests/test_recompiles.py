@@ -84,6 +84,71 @@ class CacheInTheRest(nn.Module):
         if mask is not None:
             y = y.masked_fill(mask, 0)
         return y
+
+
+class SlicesByArgument(nn.Module):
+    '''T1: only the arm never taken reads the int argument n.'''
+
+    def forward(self, x, n):
+        if x.sum() > 0:
+            y = x[:n]
+        else:
+            y = x[:2]
+        return y + 1
+
+
+class ScalesByArgument(nn.Module):
+    '''T1, torch.cond: only the arm never taken reads the float argument t.'''
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x, t):
+        if x.sum() > 0:
+            y = self.linear(x) * t
+        else:
+            y = x - 1
+        return y + 1
+
+
+class MaskOrSlice(nn.Module):
+    '''Continuation (None against a tensor): only the branch never taken reads n.'''
+
+    def forward(self, x, n):
+        m = x > 0
+        if m.all():
+            m = None
+            y = x[:n]
+        else:
+            y = x[:2]
+        if m is None:
+            return y * 2
+        return y + 1
+
+
+class ScalesByAttribute(nn.Module):
+    '''T1: only the arm never taken reads the float attribute scale.'''
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = x * self.scale
+        else:
+            y = x - 1
+        return y + 1
+
+
+class GuardNamesArgument(nn.Module):
+    '''T3: only the message of a guard that never fires reads n.'''
+
+    def forward(self, x, n):
+        if (x < -10).any():
+            raise ValueError(f"too small at step {n}")
+        return x + 1
 """
 
 
@@ -137,3 +202,52 @@ def test_a_failed_attempt_leaves_no_guard_behind(modules, case) -> None:
     for result, want in zip(results, expected, strict=True):
         assert torch.equal(result, want)
     assert fallbacks.records(), "the site ran its original code, and says why"
+
+
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [
+        ("SlicesByArgument", (1, 2, 3)),
+        ("ScalesByArgument", (0.5, 0.25, 0.75)),
+        ("MaskOrSlice", (1, 2, 3)),
+        ("GuardNamesArgument", (1, 2, 3)),
+    ],
+)
+def test_an_arm_never_taken_guards_no_number_argument(modules, name, values) -> None:
+    """Tracing an arm plain compile never takes must not guard on the value of a number
+    argument only that arm reads: the frame would compile again for each new value
+    (one graph more than plain), and a recompile fails under ``error_on_recompile``."""
+    plain, mended = modules
+    runs = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(getattr(module, name)(), backend=counter)
+        with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
+            results = [compiled(-torch.ones(4, 4), value) for value in values]
+        runs.append((counter.frame_count, results))
+    (plain_graphs, expected), (graphs, results) = runs
+    assert graphs == plain_graphs
+    for result, want in zip(results, expected, strict=True):
+        assert torch.equal(result, want)
+
+
+def test_an_arm_never_taken_guards_no_number_attribute(modules) -> None:
+    """The same for an attribute the caller changes between calls (a schedule)."""
+    plain, mended = modules
+    runs = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        model = module.ScalesByAttribute()
+        counter = CompileCounter()
+        compiled = torch.compile(model, backend=counter)
+        results = []
+        with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
+            for scale in (0.5, 0.25, 0.75):
+                model.scale = scale
+                results.append(compiled(-torch.ones(4, 4)))
+        runs.append((counter.frame_count, results))
+    (plain_graphs, expected), (graphs, results) = runs
+    assert graphs == plain_graphs
+    for result, want in zip(results, expected, strict=True):
+        assert torch.equal(result, want)

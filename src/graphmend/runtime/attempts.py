@@ -28,6 +28,7 @@ speculation log TorchDynamo keeps across restarts for its own.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ import sympy
 import torch
 
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
-from graphmend.runtime.run_time_errors import reduction_of_empty
+from graphmend.runtime.run_time_errors import raising_operation
 
 
 class Attempt:
@@ -53,6 +54,7 @@ class Attempt:
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
         self.installed = self._installed()
+        self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
 
     def _installed(self) -> tuple[int, int, int]:
@@ -82,6 +84,27 @@ class Attempt:
         del self.tracer.debug_locals[self.deferred :]
         del getattr(self.tracer.output, _CHECKS, [])[self.checks :]
 
+    def _valued_sources(self) -> dict[str, Any]:
+        """The sources (by name) whose values TorchDynamo guards on."""
+        return {
+            guard.name: guard.originating_source
+            for guard in self.tracer.output.guards
+            if guard.inner_create_fn().__name__ in _VALUE_GUARDS
+        }
+
+    def pinned_argument(self) -> str | None:
+        """An ``int`` or ``float`` that the frame was given (an argument, or an attribute
+        of one: ``self.scale``) whose value the attempt made TorchDynamo guard on, first,
+        or ``None``: the frame would compile again when it changes, where the original,
+        not running this code, guards nothing of it."""
+        arguments = self.tracer.output.root_tx.f_locals
+        valued = self._valued_sources()
+        for name in sorted(valued.keys() - self.valued.keys()):
+            value = _value_of(valued[name], arguments)
+            if type(value) in (int, float):
+                return f"{name}={value!r}"
+        return None
+
     def pinned_size(self) -> str | None:
         """A guard the attempt installed that holds for one value of a symbolic size
         (``Eq(<size expression>, <number>)``), or ``None``.  By default a size is
@@ -102,6 +125,23 @@ class Attempt:
         return None
 
 
+def _value_of(source: Any, arguments: dict[str, Any]) -> Any:
+    """What ``source`` names, if it is a frame argument or an attribute chain of one
+    (read without running a property), else ``None``."""
+    from torch._dynamo.source import AttrSource, LocalSource
+
+    if isinstance(source, LocalSource):
+        return arguments.get(source.local_name)
+    if isinstance(source, AttrSource):
+        base = _value_of(source.base, arguments)
+        return None if base is None else inspect.getattr_static(base, source.member, None)
+    if type(source).__name__.endswith("NNModuleSource"):  # the module itself, marked
+        return _value_of(source.base, arguments)
+    return None
+
+
+#: TorchDynamo's guards that hold for one value of what they guard.
+_VALUE_GUARDS = frozenset({"CONSTANT_MATCH", "EQUALS_MATCH"})
 #: The attribute of a speculation log entry that marks a site to keep its break.
 _KEPT = "graphmend_keeps_break"
 #: The attribute of the ``OutputGraph`` being traced that lists the checks to make before
@@ -109,6 +149,8 @@ _KEPT = "graphmend_keeps_break"
 _CHECKS = "graphmend_checks_before_compiling"
 #: The attribute of a site's runtime function's tracer that holds its :class:`Site`.
 _OPENED = "graphmend_opened_site"
+#: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
+_LAST_OPENED = "graphmend_last_opened_site"
 #: Restarts GraphMend asks for in one compile of a frame, at most: TorchDynamo gives up
 #: the frame after 100 restarts (its own, one per graph break, count too).
 _MOST_RESTARTS = 16
@@ -122,6 +164,9 @@ class Site:
         self.log = tracer.speculation_log
         self.entry = tracer.speculate()
         self.position = self.log.index  # the entries after the site's own
+        # what the tracer held when the site was opened (open_site), for a site whose
+        # runtime function inspects its arguments before its attempt: their guards count
+        self.opened: Attempt | None = None
         # fullgraph=True (or error_on_graph_break): a break would fail the compile
         self.one_graph = bool(tracer.one_graph or getattr(tracer, "error_on_graph_break", False))
 
@@ -138,6 +183,16 @@ class Site:
         if guard is not None and not self.one_graph:
             self.keep_break(f"tracing it pins a dynamic size to one size ({guard})")
 
+    def keep_arguments_unpinned(self, attempt: Attempt) -> None:
+        """Keep the break (:meth:`keep_break`) if tracing a branch made TorchDynamo guard
+        on the value of a number argument first (:meth:`Attempt.pinned_argument`): the
+        frame would compile again when it changes (and fail under ``error_on_recompile``),
+        where the original, taking the other branch, never traced that read.  Not where
+        the frame must be one graph."""
+        argument = (self.opened or attempt).pinned_argument()
+        if argument is not None and not self.one_graph:
+            self.keep_break(f"tracing it guards on the value of an argument ({argument})")
+
     def abandon(self, context: Any, rewrite: str, attempt: Attempt, reason: str) -> None:
         """Give up ``attempt``: restart the analysis if it left guards or graph inputs
         (:meth:`keep_break_if_guarded`), else undo it; ``reason`` is recorded for
@@ -149,7 +204,7 @@ class Site:
     def keep_break_if_guarded(self, attempt: Attempt, reason: str) -> None:
         """Keep the break (:meth:`keep_break`) if the failed attempt left guards or graph
         inputs behind; otherwise the caller undoes it."""
-        if attempt.left_guards():
+        if (self.opened or attempt).left_guards():
             self.keep_break(reason)
 
     def keep_break(self, reason: str) -> None:
@@ -198,7 +253,27 @@ def _open(context: Any) -> None:
         return
     caller = tracer.parent  # the site's runtime function, whose declines are recorded
     setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
+    site.opened = attempt
     setattr(caller, _OPENED, site)
+    setattr(tracer.output, _LAST_OPENED, site)
+
+
+def keep_arguments_unpinned() -> None:
+    """Restart the analysis, the site opened last (:func:`open_site`) keeping its break,
+    if what was traced since made TorchDynamo guard first on the value of a number
+    argument (:meth:`Site.keep_arguments_unpinned`).  Called only while tracing."""
+    torch._dynamo.comptime.comptime(_keep_arguments_unpinned)
+
+
+def _keep_arguments_unpinned(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`keep_arguments_unpinned`."""
+    try:
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    except AttributeError:
+        return
+    site = getattr(tracer.output, _LAST_OPENED, None)
+    if site is not None and site.opened is not None:
+        site.keep_arguments_unpinned(site.opened)
 
 
 def opened_site(caller: Any) -> Site | None:
@@ -284,12 +359,13 @@ def _call(context: Any) -> None:
         reason = f"a branch cannot be traced: {first_line(error)}"
         site.abandon(context, rewrite, attempt, reason)
         return
-    reduction = reduction_of_empty(attempt.added())
-    if reduction is not None:
-        reason = f"a branch takes {reduction}() of a tensor that may be empty, which raises"
+    raising = raising_operation(attempt.added())
+    if raising is not None:
+        reason = f"a branch {raising}, which raises"
         site.abandon(context, rewrite, attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
+    site.keep_arguments_unpinned(attempt)
     tracer.symbolic_locals["result"] = result
 
 

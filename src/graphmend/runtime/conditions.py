@@ -36,6 +36,12 @@ def is_scalar_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.numel() == 1
 
 
+def without_data(*values: Any) -> bool:
+    """Whether one of ``values`` is a meta tensor: it holds no data, so Python cannot take
+    its truth (the original raises), and neither may a merge or a guard stand for it."""
+    return any(isinstance(value, torch.Tensor) and value.is_meta for value in values)
+
+
 def truth(value: torch.Tensor) -> torch.Tensor:
     """``bool(value)`` of a one-element tensor, as a 0-d boolean tensor."""
     return value.reshape(()).bool()

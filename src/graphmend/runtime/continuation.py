@@ -26,8 +26,15 @@ from typing import Any
 import torch
 
 from graphmend.runtime import aliasing, cond_layout
-from graphmend.runtime.attempts import Attempt, Site, first_line, tracer_control
-from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.attempts import (
+    Attempt,
+    Site,
+    first_line,
+    open_site,
+    opened_site,
+    tracer_control,
+)
+from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
 
 
@@ -46,8 +53,12 @@ def continuation(
     (strides, contiguity), which a dense copy of an argument would change."""
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
+    if without_data(condition):
+        return None
     if torch.is_grad_enabled():
         declined("continuation", "autograd records: torch.cond is used only in inference")
+        return None
+    if open_site("continuation") is not None:
         return None
     sparse = any(_strided_view(v) for v in (*then_arguments, *else_arguments))
     if sparse and layout_matters:
@@ -114,14 +125,18 @@ def _capture(context: Any) -> None:
         arguments += [_variable(context, "else_branch"), _empty_tuple()]
         frame_locals = tracer.symbolic_locals
         attempt = Attempt(tracer)
-        site = Site(tracer)
+        site = opened_site(tracer) or Site(tracer)
         versions = cond_layout.tensor_versions(attempt.graph)  # before the branches run
-    except (AttributeError, ImportError, KeyError, TypeError) as error:
+        sparse = context.get_local("sparse").as_python_constant()
+    except (AttributeError, ImportError, KeyError, NotImplementedError, TypeError) as error:
         record_at(context, "continuation", f"this torch release is not supported ({error})")
         return
     kept = site.kept_break()
     if kept is not None:
         record_at(context, "continuation", kept)
+        return
+    if sparse and not site.one_graph:
+        site.abandon(context, "continuation", attempt, _COPIED_VIEW)
         return
     try:
         result = handler.call_function(tracer, arguments, {})
@@ -132,6 +147,7 @@ def _capture(context: Any) -> None:
         site.abandon(context, "continuation", attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
+    site.keep_arguments_unpinned(attempt)
     conds = attempt.added(torch.ops.higher_order.cond)
     try:
         returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
@@ -157,6 +173,16 @@ def _capture(context: Any) -> None:
         site.abandon(context, "continuation", attempt, reason)
         return
     frame_locals["merged"] = result
+
+
+#: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
+#: where a break fails the call): the branches see its dense copy, and a result computed
+#: from it may be laid out otherwise than the original's (``x.t() * 2`` of an expanded
+#: ``x`` is contiguous, of its copy transposed), so that a caller's ``.view`` fails.
+_COPIED_VIEW = (
+    "an argument is a strided view: the branches would see a dense copy, and their "
+    "results could be laid out otherwise than the original's"
+)
 
 
 def _cond_handler() -> Any:

@@ -4,7 +4,9 @@ A branch T1 merges with ``torch.where`` runs even where it is not taken, so
 everything in it must succeed on the inputs it is given.  Tracing checks most of
 that (a reshape to a size its tensor lacks fails on fake tensors), but not all:
 ``max()``, ``min()`` and ``mode()`` of an empty tensor, which have no identity to
-return, are accepted by their fake kernels and raise in the real ones.
+return, a subtraction with one bool operand (``mask - 1``), and an integer tensor
+raised to a negative integer power (``n ** -1``) are accepted by their fake kernels
+and raise in the real ones (torch 2.13).
 """
 
 from __future__ import annotations
@@ -17,14 +19,33 @@ import torch
 #: Reductions without an identity: they raise on an empty tensor (with or without
 #: ``dim``); ``max``/``min`` of two tensors are element-wise and never do.
 _NO_IDENTITY = frozenset({"max", "min", "mode"})
+#: Subtractions: their kernels refuse a bool operand, their fake kernels only two.
+_SUBTRACTIONS = frozenset({"sub", "subtract", "rsub", "__sub__", "__rsub__"})
+#: Powers: their kernels refuse an integer tensor to a negative integer power.
+_POWERS = frozenset({"pow", "__pow__"})
+
+
+def raising_operation(nodes: Iterable[Any]) -> str | None:
+    """What an operation among ``nodes`` (graph nodes) does that raises when it runs,
+    whatever the data, though it traced; ``None`` if none does."""
+    nodes = list(nodes)
+    reduction = reduction_of_empty(nodes)
+    if reduction is not None:
+        return f"takes {reduction}() of a tensor that may be empty"
+    for node in nodes:
+        name = _name(node)
+        if name in _SUBTRACTIONS and any(_is_bool(value) for value in node.args):
+            return "subtracts with a bool operand"
+        if name in _POWERS and len(node.args) == 2 and _negative_integer_power(*node.args):
+            return "raises an integer tensor to a negative integer power"
+    return None
 
 
 def reduction_of_empty(nodes: Iterable[Any]) -> str | None:
     """The name of a traced reduction in ``nodes`` (graph nodes) that may be given an
     empty tensor when it runs, or ``None``."""
     for node in nodes:
-        target = node.target
-        name = target if isinstance(target, str) else getattr(target, "__name__", None)
+        name = _name(node)
         if name not in _NO_IDENTITY or not node.args:
             continue
         others = [*node.args[1:], *node.kwargs.values()]
@@ -34,6 +55,29 @@ def reduction_of_empty(nodes: Iterable[Any]) -> str | None:
         if reduced is not None and not _surely_not_empty(reduced):
             return name
     return None
+
+
+def _name(node: Any) -> str | None:
+    """The name of the function or method a graph node calls."""
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", None)
+
+
+def _is_bool(value: Any) -> bool:
+    """A bool, or a (fake) bool tensor."""
+    tensor = _tensor(value)
+    return type(value) is bool or (tensor is not None and tensor.dtype == torch.bool)
+
+
+def _negative_integer_power(base: Any, exponent: Any) -> bool:
+    """An integer tensor to an integer power that is negative or may be (symbolic)."""
+    tensor = _tensor(base)
+    if tensor is None or tensor.is_floating_point() or tensor.is_complex():
+        return False
+    if type(exponent) is int:
+        return exponent < 0
+    example = getattr(exponent, "meta", {}).get("example_value")
+    return isinstance(example, torch.SymInt)
 
 
 def _tensor(value: Any) -> torch.Tensor | None:

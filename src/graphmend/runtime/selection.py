@@ -37,7 +37,7 @@ from torch import nn
 
 from graphmend.runtime.aliasing import watch
 from graphmend.runtime.attempts import call_or_none, open_site
-from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import IMMUTABLE_TYPES
 
@@ -136,6 +136,8 @@ def branch(
     """
     if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
         return None
+    if without_data(condition):
+        return None
     for target in in_place:
         reason = _why_not_writable(target)
         if reason is not None:
@@ -146,13 +148,14 @@ def branch(
         if reason is not None:
             declined("predicate", f"a branch calls a submodule: {reason}")
             return None
+    if open_site("predicate") is not None:
+        return None
     if expensive and any(type(v) is float for v in (*then_arguments, *else_arguments)):
         # torch.cond cannot take a branch that reads a float TorchDynamo made symbolic
         # (a float argument that changed between calls); under tracing a float's type
         # does not say whether it is, so a branch reading one keeps the original if.
+        # Asked after the site is opened: the guard asking installs is taken back.
         declined("predicate", "a branch that calls a submodule reads a Python float")
-        return None
-    if open_site("predicate") is not None:
         return None
     predicate = truth(condition)
     # Both branches are traced, and the untaken one may fail where it is traced (a

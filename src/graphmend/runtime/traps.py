@@ -39,8 +39,9 @@ from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support
+from graphmend.runtime.attempts import keep_arguments_unpinned, open_site
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
-from graphmend.runtime.conditions import is_scalar_tensor, truth
+from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import assume_constant_result, format_now, formattable_now
@@ -153,7 +154,15 @@ def _decode(template: str, ints: list[int], floats: list[float], bools: list[boo
 
 
 def lowerable(condition: Any, *earlier: Any) -> bool:
-    """Whether :func:`lower_guard` can put this guard into the graph (message not built yet)."""
+    """Whether :func:`lower_guard` can put this guard into the graph (message not built
+    yet).  Opens the guard's site (``attempts.open_site``): building the message may
+    guard on a number argument's value, which :func:`lower_guard` takes back."""
+    return _lowerable(condition, *earlier) and open_site("trap") is None
+
+
+def _lowerable(condition: Any, *earlier: Any) -> bool:
+    if without_data(condition, *earlier):
+        return False
     if is_scalar_tensor(condition):
         return True
     return bool(condition) and any(is_scalar_tensor(value) for value in earlier)
@@ -198,8 +207,11 @@ def lower_guard(
     ``if/elif`` chain: this guard fires only where none of them did.  When False is
     returned the caller decides in Python, exactly as the original code.
     """
-    if not lowerable(condition, *earlier):
+    if not _lowerable(condition, *earlier):
         return False
+    # a message reading a number argument (f"at step {n}") guarded on its value, where
+    # the original reads it only when the guard fires: the site keeps its break
+    keep_arguments_unpinned()
     # an instance, or a function that makes one: checked before _exception_path is
     # given it (TorchDynamo 2.5 refuses such arguments to a constant-result function)
     is_class = isinstance(exception, type) and issubclass(exception, BaseException)
