@@ -158,36 +158,9 @@ def test_a_lowered_guard_raises_at_the_users_line(load_rewritten, guard, raised)
     assert (frame.filename, frame.name, frame.line) == (module.__file__, "check", source)
 
 
-@pytest.mark.parametrize("reduced", ["x[3:].max() + x", "x[3:].min(0).values.sum() + x"])
-def test_an_untaken_branch_that_reduces_an_empty_tensor_keeps_the_if(load_both, reduced):
-    # max() and min() of an empty tensor trace (their fake kernels accept it) and raise
-    # when they run: merged with torch.where, the untaken branch failed the call.
-    plain, rewritten = load_both(f"""
-        import torch
-
-        def step(x):
-            if x.sum() > 0:
-                y = x * 2
-            else:
-                y = {reduced}
-            return y
-        """)
-    expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
-    assert expected[0][0] == "ok"
-    assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
-
-
-@pytest.mark.parametrize(
-    ("then", "otherwise"),
-    [("(x > 0).long() * 2", "(x > 0) - 1"), ("x.long() * 2", "x.long() ** -1")],
-    ids=["bool_subtraction", "negative_integer_power"],
-)
-def test_an_untaken_branch_whose_kernel_refuses_its_operands_keeps_the_if(
-    load_both, then, otherwise
-):
-    # A subtraction with a bool operand and an integer tensor to a negative power trace
-    # (their fake kernels accept them) and raise when they run: merged with torch.where,
-    # the untaken branch failed a call plain compile runs.
+def _untaken_branch_keeps_the_if(load_both, then: str, otherwise: str) -> None:
+    """``otherwise`` traces but raises when it runs: compiled with GraphMend, ``step``
+    (``then`` where ``x.sum() > 0``) behaves as under plain compile."""
     plain, rewritten = load_both(f"""
         import torch
 
@@ -201,6 +174,27 @@ def test_an_untaken_branch_whose_kernel_refuses_its_operands_keeps_the_if(
     expected = _compiled_outcomes(plain.step, POSITIVE, NEGATIVE)
     assert expected[0][0] == "ok"
     assert _same(_compiled_outcomes(rewritten.step, POSITIVE, NEGATIVE), expected)
+
+
+@pytest.mark.parametrize("reduced", ["x[3:].max() + x", "x[3:].min(0).values.sum() + x"])
+def test_an_untaken_branch_that_reduces_an_empty_tensor_keeps_the_if(load_both, reduced):
+    # max() and min() of an empty tensor trace (their fake kernels accept it) and raise
+    # when they run: merged with torch.where, the untaken branch failed the call.
+    _untaken_branch_keeps_the_if(load_both, "x * 2", reduced)
+
+
+@pytest.mark.parametrize(
+    ("then", "otherwise"),
+    [("(x > 0).long() * 2", "(x > 0) - 1"), ("x.long() * 2", "x.long() ** -1")],
+    ids=["bool_subtraction", "negative_integer_power"],
+)
+def test_an_untaken_branch_whose_kernel_refuses_its_operands_keeps_the_if(
+    load_both, then, otherwise
+):
+    # A subtraction with a bool operand and an integer tensor to a negative power trace
+    # (their fake kernels accept them) and raise when they run: merged with torch.where,
+    # the untaken branch failed a call plain compile runs.
+    _untaken_branch_keeps_the_if(load_both, then, otherwise)
 
 
 @pytest.mark.parametrize(
