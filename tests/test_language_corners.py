@@ -216,6 +216,25 @@ def test_a_condition_on_a_meta_tensor_raises_as_the_original(load_both, site):
     assert _compiled_outcomes(rewritten.step, meta) == expected
 
 
+def test_a_site_that_keeps_its_break_adds_nothing_to_the_graphs(load_both):
+    # The checks a site makes while tracing read what TorchDynamo knows of the condition:
+    # reading ``is_meta`` put an attribute read of the condition into every graph.
+    plain, rewritten = load_both("""
+        import torch
+
+        def step(x, n):
+            if x.sum() > 0:
+                y = x[:n]
+            else:
+                y = x * 2
+            return y + 1
+        """)
+    expected = compile_and_run(plain.step, NEGATIVE, 2)
+    compiled = compile_and_run(rewritten.step, NEGATIVE, 2)
+    assert torch.equal(compiled.result, expected.result)
+    assert (compiled.graphs, compiled.operations) == (expected.graphs, expected.operations)
+
+
 def test_a_branch_that_reduces_a_tensor_that_is_not_empty_is_still_merged(load_both):
     plain, rewritten = load_both("""
         import torch

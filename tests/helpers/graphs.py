@@ -17,6 +17,7 @@ class Compiled:
     result: Any
     graphs: int
     breaks: int
+    operations: int  # in all graphs together
 
 
 def compile_and_run(function: Callable[..., Any], *args: Any, fullgraph: bool = False) -> Compiled:
@@ -28,4 +29,4 @@ def compile_and_run(function: Callable[..., Any], *args: Any, fullgraph: bool = 
     # Dynamo's break counter misses some breaks (a data-dependent branch, for
     # one); every graph after the first also starts at a break.
     breaks = max(sum(counters["graph_break"].values()), counter.frame_count - 1)
-    return Compiled(result, counter.frame_count, breaks)
+    return Compiled(result, counter.frame_count, breaks, counter.op_count)

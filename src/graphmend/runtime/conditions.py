@@ -39,7 +39,7 @@ def is_scalar_tensor(value: Any) -> bool:
 def without_data(*values: Any) -> bool:
     """Whether one of ``values`` is a meta tensor: it holds no data, so Python cannot take
     its truth (the original raises), and neither may a merge or a guard stand for it."""
-    return any(isinstance(value, torch.Tensor) and value.is_meta for value in values)
+    return any(isinstance(value, torch.Tensor) and value.device.type == "meta" for value in values)
 
 
 def truth(value: torch.Tensor) -> torch.Tensor:
