@@ -142,6 +142,31 @@ class ScalesByAttribute(nn.Module):
         return y + 1
 
 
+FACTOR = 0.5
+
+
+class ScalesByGlobal(nn.Module):
+    '''T1: only the arm never taken reads the float global FACTOR.'''
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = x * FACTOR
+        else:
+            y = x - 1
+        return y + 1
+
+
+class ScalesByItem(nn.Module):
+    '''T1: only the arm never taken reads the first of the numbers it is given.'''
+
+    def forward(self, x, scales):
+        if x.sum() > 0:
+            y = x * scales[0]
+        else:
+            y = x - 1
+        return y + 1
+
+
 class GuardNamesArgument(nn.Module):
     '''T3: only the message of a guard that never fires reads n.'''
 
@@ -211,6 +236,7 @@ def test_a_failed_attempt_leaves_no_guard_behind(modules, case) -> None:
         ("ScalesByArgument", (0.5, 0.25, 0.75)),
         ("MaskOrSlice", (1, 2, 3)),
         ("GuardNamesArgument", (1, 2, 3)),
+        ("ScalesByItem", ((0.5, 1.0), (0.25, 1.0), (0.75, 1.0))),
     ],
 )
 def test_an_arm_never_taken_guards_no_number_argument(modules, name, values) -> None:
@@ -232,19 +258,32 @@ def test_an_arm_never_taken_guards_no_number_argument(modules, name, values) -> 
         assert torch.equal(result, want)
 
 
-def test_an_arm_never_taken_guards_no_number_attribute(modules) -> None:
-    """The same for an attribute the caller changes between calls (a schedule)."""
+def _set_attribute(module, model, value) -> None:
+    model.scale = value
+
+
+def _set_global(module, model, value) -> None:
+    module.FACTOR = value
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [("ScalesByAttribute", _set_attribute), ("ScalesByGlobal", _set_global)],
+)
+def test_an_arm_never_taken_guards_no_number_the_caller_changes(modules, name, change) -> None:
+    """The same for an attribute or a global the caller changes between calls (a
+    schedule)."""
     plain, mended = modules
     runs = []
     for module in (plain, mended):
         torch._dynamo.reset()
-        model = module.ScalesByAttribute()
+        model = getattr(module, name)()
         counter = CompileCounter()
         compiled = torch.compile(model, backend=counter)
         results = []
         with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
-            for scale in (0.5, 0.25, 0.75):
-                model.scale = scale
+            for value in (0.5, 0.25, 0.75):
+                change(module, model, value)
                 results.append(compiled(-torch.ones(4, 4)))
         runs.append((counter.frame_count, results))
     (plain_graphs, expected), (graphs, results) = runs

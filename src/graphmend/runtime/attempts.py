@@ -92,15 +92,15 @@ class Attempt:
             if guard.inner_create_fn().__name__ in _VALUE_GUARDS
         }
 
-    def pinned_argument(self) -> str | None:
-        """An ``int`` or ``float`` that the frame was given (an argument, or an attribute
-        of one: ``self.scale``) whose value the attempt made TorchDynamo guard on, first,
-        or ``None``: the frame would compile again when it changes, where the original,
-        not running this code, guards nothing of it."""
-        arguments = self.tracer.output.root_tx.f_locals
+    def pinned_number(self) -> str | None:
+        """An ``int`` or ``float`` the frame reads from outside (an argument, an attribute
+        or item of one: ``self.scale``, ``sizes[0]``, or a global) whose value the
+        attempt made TorchDynamo guard on, first, or ``None``: the frame would compile
+        again when it changes, where the original, not running this code, guards nothing
+        of it."""
         valued = self._valued_sources()
         for name in sorted(valued.keys() - self.valued.keys()):
-            value = _value_of(valued[name], arguments)
+            value = _value_of(valued[name], self.tracer.output.root_tx)
             if type(value) in (int, float):
                 return f"{name}={value!r}"
         return None
@@ -125,18 +125,34 @@ class Attempt:
         return None
 
 
-def _value_of(source: Any, arguments: dict[str, Any]) -> Any:
-    """What ``source`` names, if it is a frame argument or an attribute chain of one
-    (read without running a property), else ``None``."""
-    from torch._dynamo.source import AttrSource, LocalSource
+def _value_of(source: Any, frame: Any) -> Any:
+    """What ``source`` names, if it is an argument or global of the frame being traced
+    (``frame``, its translator), or an attribute (read without running a property) or an
+    item of a tuple, list or dict reached from one, else ``None``."""
+    from torch._dynamo import source as sources
 
-    if isinstance(source, LocalSource):
-        return arguments.get(source.local_name)
-    if isinstance(source, AttrSource):
-        base = _value_of(source.base, arguments)
+    if isinstance(source, sources.LocalSource):
+        return frame.f_locals.get(source.local_name)
+    if isinstance(source, sources.GlobalSource):
+        return frame.f_globals.get(source.global_name)
+    if isinstance(source, sources.AttrSource):
+        base = _value_of(source.base, frame)
         return None if base is None else inspect.getattr_static(base, source.member, None)
+    if type(source).__name__ in ("GetItemSource", "DictGetItemSource"):
+        return _item(_value_of(source.base, frame), source.index)
     if type(source).__name__.endswith("NNModuleSource"):  # the module itself, marked
-        return _value_of(source.base, arguments)
+        return _value_of(source.base, frame)
+    return None
+
+
+def _item(container: Any, index: Any) -> Any:
+    """``container[index]`` for a tuple, list or dict and a constant index, else ``None``
+    (a slice, an index TorchDynamo names by another source, or any other container,
+    whose ``__getitem__`` could run code)."""
+    if type(container) in (tuple, list) and type(index) is int:
+        return container[index] if -len(container) <= index < len(container) else None
+    if type(container) is dict and isinstance(index, (str, int)):
+        return container.get(index)
     return None
 
 
@@ -183,15 +199,15 @@ class Site:
         if guard is not None and not self.one_graph:
             self.keep_break(f"tracing it pins a dynamic size to one size ({guard})")
 
-    def keep_arguments_unpinned(self, attempt: Attempt) -> None:
+    def keep_numbers_unpinned(self, attempt: Attempt) -> None:
         """Keep the break (:meth:`keep_break`) if tracing a branch made TorchDynamo guard
-        on the value of a number argument first (:meth:`Attempt.pinned_argument`): the
+        on the value of a number the frame reads first (:meth:`Attempt.pinned_number`): the
         frame would compile again when it changes (and fail under ``error_on_recompile``),
         where the original, taking the other branch, never traced that read.  Not where
         the frame must be one graph."""
-        argument = (self.opened or attempt).pinned_argument()
-        if argument is not None and not self.one_graph:
-            self.keep_break(f"tracing it guards on the value of an argument ({argument})")
+        number = (self.opened or attempt).pinned_number()
+        if number is not None and not self.one_graph:
+            self.keep_break(f"tracing it guards on the value of a number it reads ({number})")
 
     def abandon(self, context: Any, rewrite: str, attempt: Attempt, reason: str) -> None:
         """Give up ``attempt``: restart the analysis if it left guards or graph inputs
@@ -258,22 +274,22 @@ def _open(context: Any) -> None:
     setattr(tracer.output, _LAST_OPENED, site)
 
 
-def keep_arguments_unpinned() -> None:
+def keep_numbers_unpinned() -> None:
     """Restart the analysis, the site opened last (:func:`open_site`) keeping its break,
-    if what was traced since made TorchDynamo guard first on the value of a number
-    argument (:meth:`Site.keep_arguments_unpinned`).  Called only while tracing."""
-    torch._dynamo.comptime.comptime(_keep_arguments_unpinned)
+    if what was traced since made TorchDynamo guard first on the value of a number the
+    frame reads (:meth:`Site.keep_numbers_unpinned`).  Called only while tracing."""
+    torch._dynamo.comptime.comptime(_keep_numbers_unpinned)
 
 
-def _keep_arguments_unpinned(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`keep_arguments_unpinned`."""
+def _keep_numbers_unpinned(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`keep_numbers_unpinned`."""
     try:
         tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
     except AttributeError:
         return
     site = getattr(tracer.output, _LAST_OPENED, None)
     if site is not None and site.opened is not None:
-        site.keep_arguments_unpinned(site.opened)
+        site.keep_numbers_unpinned(site.opened)
 
 
 def opened_site(caller: Any) -> Site | None:
@@ -365,7 +381,7 @@ def _call(context: Any) -> None:
         site.abandon(context, rewrite, attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
-    site.keep_arguments_unpinned(attempt)
+    site.keep_numbers_unpinned(attempt)
     tracer.symbolic_locals["result"] = result
 
 

@@ -147,7 +147,7 @@ def _capture(context: Any) -> None:
         site.abandon(context, "continuation", attempt, reason)
         return
     site.keep_sizes_dynamic(attempt)
-    site.keep_arguments_unpinned(attempt)
+    site.keep_numbers_unpinned(attempt)
     conds = attempt.added(torch.ops.higher_order.cond)
     try:
         returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]

@@ -39,7 +39,7 @@ from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support
-from graphmend.runtime.attempts import keep_arguments_unpinned, open_site
+from graphmend.runtime.attempts import keep_numbers_unpinned, open_site
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.deferral import effects_pending
@@ -211,7 +211,7 @@ def lower_guard(
         return False
     # a message reading a number argument (f"at step {n}") guarded on its value, where
     # the original reads it only when the guard fires: the site keeps its break
-    keep_arguments_unpinned()
+    keep_numbers_unpinned()
     # an instance, or a function that makes one: checked before _exception_path is
     # given it (TorchDynamo 2.5 refuses such arguments to a constant-result function)
     is_class = isinstance(exception, type) and issubclass(exception, BaseException)
