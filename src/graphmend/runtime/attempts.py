@@ -93,11 +93,11 @@ class Attempt:
         }
 
     def pinned_number(self) -> str | None:
-        """An ``int`` or ``float`` the frame reads from outside (an argument, an attribute
-        or item of one: ``self.scale``, ``sizes[0]``, or a global) whose value the
-        attempt made TorchDynamo guard on, first, or ``None``: the frame would compile
-        again when it changes, where the original, not running this code, guards nothing
-        of it."""
+        """An ``int`` or ``float`` the frame was given (an argument, an attribute or item
+        of one: ``self.scale``, ``sizes[0]``) whose value the attempt made TorchDynamo
+        guard on, first, or ``None``: the frame would compile again when it changes,
+        where the original, not running this code, guards nothing of it.  Globals are
+        not followed: a module's constants (``math.pi``) do not change between calls."""
         valued = self._valued_sources()
         for name in sorted(valued.keys() - self.valued.keys()):
             value = _value_of(valued[name], self.tracer.output.root_tx)
@@ -126,15 +126,13 @@ class Attempt:
 
 
 def _value_of(source: Any, frame: Any) -> Any:
-    """What ``source`` names, if it is an argument or global of the frame being traced
-    (``frame``, its translator), or an attribute (read without running a property) or an
-    item of a tuple, list or dict reached from one, else ``None``."""
+    """What ``source`` names, if it is an argument of the frame being traced (``frame``,
+    its translator), or an attribute (read without running a property) or an item of a
+    tuple, list or dict reached from one, else ``None``."""
     from torch._dynamo import source as sources
 
     if isinstance(source, sources.LocalSource):
         return frame.f_locals.get(source.local_name)
-    if isinstance(source, sources.GlobalSource):
-        return frame.f_globals.get(source.global_name)
     if isinstance(source, sources.AttrSource):
         base = _value_of(source.base, frame)
         return None if base is None else inspect.getattr_static(base, source.member, None)
@@ -201,13 +199,13 @@ class Site:
 
     def keep_numbers_unpinned(self, attempt: Attempt) -> None:
         """Keep the break (:meth:`keep_break`) if tracing a branch made TorchDynamo guard
-        on the value of a number the frame reads first (:meth:`Attempt.pinned_number`): the
+        on the value of a number the frame is given first (:meth:`Attempt.pinned_number`): the
         frame would compile again when it changes (and fail under ``error_on_recompile``),
         where the original, taking the other branch, never traced that read.  Not where
         the frame must be one graph."""
         number = (self.opened or attempt).pinned_number()
         if number is not None and not self.one_graph:
-            self.keep_break(f"tracing it guards on the value of a number it reads ({number})")
+            self.keep_break(f"tracing it guards on the value of a number it is given ({number})")
 
     def abandon(self, context: Any, rewrite: str, attempt: Attempt, reason: str) -> None:
         """Give up ``attempt``: restart the analysis if it left guards or graph inputs
@@ -277,7 +275,7 @@ def _open(context: Any) -> None:
 def keep_numbers_unpinned() -> None:
     """Restart the analysis, the site opened last (:func:`open_site`) keeping its break,
     if what was traced since made TorchDynamo guard first on the value of a number the
-    frame reads (:meth:`Site.keep_numbers_unpinned`).  Called only while tracing."""
+    frame is given (:meth:`Site.keep_numbers_unpinned`).  Called only while tracing."""
     torch._dynamo.comptime.comptime(_keep_numbers_unpinned)
 
 
