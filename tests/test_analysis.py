@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmend.analysis.bindings import live_after, used_in_place_after
+from graphmend.analysis.bindings import identity_used_after, live_after, used_in_place_after
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 from graphmend.analysis.walking import walk
 from graphmend.patterns import ModuleMatcher, PatternError
@@ -133,6 +133,27 @@ def test_updates_in_place_after_a_site_follow_views_of_the_name(after, updated):
     source = f"def f(x):\n    if x:\n        y = x\n    else:\n        y = x * 2\n    {after}\n"
     function = _function(ast.parse(source), "f")
     assert used_in_place_after(function, function.body[0], "y") is updated
+
+
+@pytest.mark.parametrize(
+    ("after", "used"),
+    [
+        ("print(y is x)", True),
+        ("z = y.view(-1)\n    print(z is not x)", True),
+        ("outputs = (y, x)\n    print(outputs[0] is x)", True),  # the container holds y
+        ("print(pick(y) is x)", True),
+        ("print(id(y))", True),
+        ("print(y.data_ptr())", True),
+        # against a constant, the type of a value, or names that never hold y
+        ("print(y is None)", False),
+        ("print(type(y) is torch.Tensor)", False),
+        ("z = y * 2\n    print(z is x)", False),
+    ],
+)
+def test_identity_used_after_a_site_follows_what_may_hold_the_name(after, used):
+    source = f"def f(x):\n    if x:\n        y = x\n    else:\n        y = x * 2\n    {after}\n"
+    function = _function(ast.parse(source), "f")
+    assert identity_used_after(function, function.body[0], "y") is used
 
 
 def test_walk_gives_the_nodes_of_ast_walk_in_its_order():

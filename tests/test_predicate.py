@@ -691,6 +691,17 @@ def compared_by_identity(x):
         return y + 1
     return y - 1
 
+def identity_through_a_container(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    outputs = (y, x)
+    if outputs[0] is t:
+        return y + 1
+    return y - 1
+
 def identity_of_a_conditional(x):
     t = x * 2
     y = t if x.sum() > 0 else x * 3
@@ -773,11 +784,17 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
 
 
 @pytest.mark.parametrize(
-    "name", ["compared_by_identity", "identity_of_a_conditional", "memory_of_a_merged_value"]
+    "name",
+    [
+        "compared_by_identity",
+        "identity_through_a_container",
+        "identity_of_a_conditional",
+        "memory_of_a_merged_value",
+    ],
 )
 def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
-    # `y is t`, `id(y)`, `y.storage_offset()`: a merged y is a new tensor, never the
-    # one the branch gave.
+    # `y is t`, `(y, x)[0] is t`, `id(y)`, `y.storage_offset()`: a merged y is a new
+    # tensor, never the one the branch gave.
     plain, rewritten = load_both(ALIASED_AND_UPDATED)
     for sign in (1.0, -1.0):
         x = sign * torch.arange(1.0, 5.0)

@@ -167,9 +167,10 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
 
 def identity_used_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     """Whether the identity of the object ``name`` holds may be used after ``site``: an
-    operand of ``is`` or ``is not`` (except against a constant, as ``y is None``), an
-    argument of ``id()``, or its memory read (``y.data_ptr()``, ``y._base``), directly
-    or through a name bound later to it or a view of it (:func:`_views_after`)."""
+    operand of ``is`` or ``is not`` (except against a constant, as ``y is None``; an
+    item or a call's result may be it, :func:`_may_hold`), an argument of ``id()``, or
+    its memory read (``y.data_ptr()``, ``y._base``), directly or through a name bound
+    later to it or a view of it (:func:`_views_after`)."""
     return _used_after(function, site, name, _uses_identity)
 
 
@@ -221,7 +222,7 @@ def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
             isinstance(op, ast.Is | ast.IsNot)
             and not isinstance(left, ast.Constant)
             and not isinstance(right, ast.Constant)
-            and (_is_any(left, views) or _is_any(right, views))
+            and (_may_hold(left, views) or _may_hold(right, views))
             for op, left, right in zip(node.ops, operands[:-1], operands[1:], strict=True)
         )
     return (
@@ -230,6 +231,15 @@ def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
         and node.func.id == "id"
         and any(_is_any(argument, views) for argument in node.args)
     )
+
+
+def _may_hold(expr: ast.expr, views: frozenset[str]) -> bool:
+    """Whether ``expr`` may evaluate to the object one of ``views`` holds: it is one of
+    them, an item (of a container built around it: ``outputs[0]``) or the result of a
+    call other than ``type()``."""
+    if isinstance(expr, ast.Call):
+        return not (isinstance(expr.func, ast.Name) and expr.func.id == "type")
+    return _is_any(expr, views) or isinstance(expr, ast.Subscript)
 
 
 def _views_after(continuation: list[ast.stmt], name: str) -> frozenset[str]:
