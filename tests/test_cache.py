@@ -89,6 +89,23 @@ def test_corrupt_entry_is_ignored_and_rebuilt(cache_dir, module_file, damage):
     assert _build(cache_dir, module_file).status is Status.CACHE_HIT
 
 
+def test_an_entry_replaces_those_of_earlier_versions_of_its_file(cache_dir, module_file, tmp_path):
+    # One entry per file, settings and interpreter, as CPython keeps one .pyc per source:
+    # an upgraded package does not leave its old entries behind for ever.
+    elsewhere = tmp_path / "elsewhere" / "cached_module.py"  # the module in another venv
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(SOURCE)
+    _build(cache_dir, module_file)
+    _build(cache_dir, elsewhere)
+    _build(cache_dir, module_file, rewrites=("defer",))
+    module_file.write_bytes(SOURCE + b"# edited\n")
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+    assert len(_entries(cache_dir)) == 3  # the edited file's, elsewhere's, other settings'
+    assert _build(cache_dir, elsewhere).status is Status.CACHE_HIT
+    module_file.write_bytes(SOURCE)
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN  # its entry was removed
+
+
 def test_entry_of_another_key_under_the_same_name_is_not_used(cache_dir, module_file):
     _build(cache_dir, module_file)
     (entry,) = _entries(cache_dir)

@@ -8,7 +8,9 @@ on content rather than mtime means a fresh checkout or a restored image hits
 the cache.  An entry is written to a temporary file in the same directory and
 renamed into place, so concurrent processes (every rank of a ``torchrun`` job)
 never read a torn entry; a short, corrupt or mismatched entry is ignored and
-rebuilt; a directory that cannot be written is used read-only.
+rebuilt; a directory that cannot be written is used read-only.  One entry is kept
+per file, settings and interpreter (its slot, the first bytes of the key): storing
+the entry of a new version of a file removes those of earlier ones.
 
 Entries are code that the process runs, and their key is computed from public
 inputs, so whoever can write the cache can run code in every process that reads
@@ -51,6 +53,8 @@ from graphmend.notices import warn
 _MAGIC = b"GMC1"
 _HEADER = struct.Struct("<4s32s16sI")  # magic, key digest, payload checksum, metadata length
 SUFFIX = ".gmc"
+#: The bytes of a key that name its slot: one entry per file, settings and interpreter.
+_SLOT_BYTES = 8
 
 #: The mode of the directories the import hook creates: this user's alone.
 PRIVATE = 0o700
@@ -113,6 +117,20 @@ def graphmend_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def _digest(*parts: bytes) -> bytes:
+    """A SHA-256 digest of ``parts``, each prefixed by its length."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.digest()
+
+
+def _slot_prefix(module_name: str, key: bytes) -> str:
+    """What the names of a slot's entries start with: the module and the slot's digest."""
+    return f"{module_name}.{key[:_SLOT_BYTES].hex()}-"
+
+
 def _checksum(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=16).digest()
 
@@ -126,24 +144,25 @@ class BytecodeCache:
 
     @staticmethod
     def key(source: bytes, filename: str, settings: str) -> bytes:
-        """The 32-byte digest an entry is stored and checked under."""
-        digest = hashlib.sha256()
-        for part in (
+        """The 32-byte digest an entry is stored and checked under: the digest of its
+        slot (:func:`_digest` of what stays the same from one version of the file to the
+        next, :data:`_SLOT_BYTES` bytes), then that of everything else."""
+        slot = _digest(
             importlib.util.MAGIC_NUMBER,
-            graphmend_fingerprint().encode(),
             settings.encode(),
             interpreter_builtins.fingerprint().encode(),
             str(sys.flags.optimize).encode(),
             os.fsencode(filename),
-            source,
-        ):
-            digest.update(len(part).to_bytes(8, "little"))
-            digest.update(part)
-        return digest.digest()
+        )
+        content = _digest(slot, graphmend_fingerprint().encode(), source)
+        return slot[:_SLOT_BYTES] + content[: len(content) - _SLOT_BYTES]
 
     def path_for(self, module_name: str, key: bytes) -> Path:
         """The entry file of a module's code under ``key``."""
-        return self._tag_dir / f"{module_name}.{key.hex()[:32]}{SUFFIX}"
+        return (
+            self._tag_dir
+            / f"{_slot_prefix(module_name, key)}{key[_SLOT_BYTES:].hex()[:32]}{SUFFIX}"
+        )
 
     def load(self, module_name: str, key: bytes) -> CacheEntry | None:
         """The entry for ``key``, or ``None`` when missing, unreadable or not trustworthy."""
@@ -200,7 +219,18 @@ class BytecodeCache:
             if temporary is not None:
                 _remove_quietly(temporary)
             return False
+        self._evict_earlier(module_name, key)
         return True
+
+    def _evict_earlier(self, module_name: str, key: bytes) -> None:
+        """Remove the entries of earlier versions of the file (or of GraphMend) that the
+        entry under ``key`` replaces: those of the same slot, under another key.  An
+        entry is kept per file, settings and interpreter, as CPython keeps one ``.pyc``
+        per source file and optimisation level."""
+        current = self.path_for(module_name, key)
+        for path in self._tag_dir.glob(f"{_slot_prefix(module_name, key)}*{SUFFIX}"):
+            if path != current:
+                _remove_quietly(path)
 
     def create_directories(self, mode: int) -> bool:
         """Create the missing cache directories with ``mode``; whether all are usable."""
