@@ -81,6 +81,23 @@ def test_module_sees_what_python_dash_m_gives_it(project):
         assert _lines(mended)[5:] == ["shout tensor([1.])", "tensor([2.])"]
 
 
+def test_a_program_from_standard_input_sees_what_python_dash_gives_it(project):
+    plain = run_python("-", "a", "3", cwd=project, stdin=IDENTITY)
+    mended = run_python("-m", "graphmend", "run", "-", "a", "3", cwd=project, stdin=IDENTITY)
+    assert plain.returncode == mended.returncode == 3, mended.stderr
+    assert _lines(plain)[:5] == _lines(mended)[:5]
+    assert _lines(mended)[5:] == ["shout tensor([1.])", "tensor([2.])"]
+
+
+def test_a_double_dash_ends_the_options(project):
+    (project / "-dash.py").write_text(IDENTITY)
+    plain = run_python("--", "-dash.py", "-p", "0", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "--", "-dash.py", "-p", "0", cwd=project)
+    assert plain.returncode == mended.returncode == 0, mended.stderr
+    assert _lines(plain)[:5] == _lines(mended)[:5]
+    assert _lines(mended)[5:] == ["shout tensor([1.])", "tensor([2.])"]
+
+
 def test_linked_script_directory_and_zip_run_as_with_python(project, tmp_path):
     (project / "neighbour.py").write_text("")
     (project / "script.py").write_text("import neighbour\n" + IDENTITY)

@@ -18,8 +18,9 @@ from graphmend.rewriter import ModuleRewriter, Status
 from graphmend.runner import ScriptError, run_module, run_path
 
 _RUN_USAGE = """\
-usage: {prog} run [-p PATTERN]... script.py [args...]
+usage: {prog} run [-p PATTERN]... [--] script.py [args...]
        {prog} run [-p PATTERN]... -m module [args...]
+       {prog} run [-p PATTERN]... - [args...]      (the program from standard input)
 
 Run a script or module as plain python would, with the import hook installed.
 The script (or module) itself is rewritten too. The settings go into the
@@ -276,12 +277,15 @@ def _leading_options(
         elif argument.startswith("-p") and len(argument) > 2:
             extra.append(argument[2:])
             index += 1
+        elif argument == "--":  # the end of the options: the script follows
+            index += 1
+            break
         elif argument in flags:
             seen.add(argument)
             index += 1
             if argument == "-m":
                 break
-        elif argument.startswith("-"):
+        elif argument.startswith("-") and argument != "-":  # "-": standard input
             raise UsageError(f"unknown option {argument!r} (see '{prog} {command} -h')")
         else:
             break

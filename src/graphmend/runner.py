@@ -23,6 +23,7 @@ import runpy
 import sys
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import graphmend
@@ -38,8 +39,11 @@ class ScriptError(Exception):
 
 
 def run_path(path: str, args: list[str], config: Config) -> None:
-    """Execute what ``python path`` executes: a script, or the ``__main__`` module of a
-    directory or zip file."""
+    """Execute what ``python path`` executes: a script, the ``__main__`` module of a
+    directory or zip file, or (``-``) the program read from standard input."""
+    if path == "-":
+        run_stdin(args, config)
+        return
     absolute = _absolute(path)
     if pkgutil.get_importer(absolute) is None:
         run_script(path, args, config)
@@ -69,22 +73,59 @@ def run_script(
             f"can't open file {absolute!r}: [Errno {error.errno}] {error.strerror}"
         ) from None
     compiled = _is_compiled(absolute, source)
-    installation = _install(config) if config is not None else None
-    rewriter = installation.finder.rewriter if installation and not compiled else None
-    main = _fresh_main(name)
     machinery = importlib.machinery
     loader = machinery.SourcelessFileLoader if compiled else machinery.SourceFileLoader
-    main.__dict__.update(__file__=absolute, __cached__=None, __loader__=loader(name, absolute))
-    sys.argv = [path, *args]
+    # The interpreter resolves symbolic links: a linked script imports its neighbours.
+    return _run_source(
+        _Program(name, absolute, source, compiled, loader(name, absolute)),
+        [path, *args],
+        os.path.dirname(os.path.realpath(absolute)),
+        config,
+    )
+
+
+def run_stdin(args: list[str], config: Config) -> None:
+    """Execute what ``python -`` executes: the program read from standard input, named
+    ``<stdin>``, with the current directory first on ``sys.path``."""
+    source = sys.stdin.buffer.read()
+    program = _Program("__main__", "<stdin>", source, False, importlib.machinery.BuiltinImporter)
+    _run_source(program, ["-", *args], "", config)
+
+
+@dataclass(frozen=True)
+class _Program:
+    """What a ``__main__``-like module runs: its name, file name, bytes and loader."""
+
+    name: str
+    filename: str
+    source: bytes
+    compiled: bool  # a .pyc: run as it is, never rewritten
+    loader: object
+
+
+def _run_source(
+    program: _Program, argv: list[str], path0: str, config: Config | None
+) -> dict[str, object]:
+    """Run ``program`` in a fresh module as the interpreter runs a script: ``argv`` as
+    ``sys.argv``, ``path0`` as ``sys.path[0]`` (not under ``-P``), the hook installed
+    (none when ``config`` is ``None``); returns the module's namespace."""
+    installation = _install(config) if config is not None else None
+    rewriter = installation.finder.rewriter if installation and not program.compiled else None
+    main = _fresh_main(program.name)
+    main.__dict__.update(__file__=program.filename, __cached__=None, __loader__=program.loader)
+    sys.argv = argv
     if not getattr(sys.flags, "safe_path", False):  # Python 3.11+: -P
-        # The interpreter resolves symbolic links: a linked script imports its neighbours.
-        sys.path[0] = os.path.dirname(os.path.realpath(absolute))
+        sys.path[0] = path0
 
     def execute() -> None:
         # Compiled first as the interpreter compiles it, every run (a script has no .pyc):
         # its warnings, and a syntax error reported as the interpreter reports it.
-        plain = _script_code(absolute, source, compiled)
-        code = rewriter.code_for(name, absolute, source, compiled=True) if rewriter else None
+        plain = _script_code(program.filename, program.source, program.compiled)
+        code = (
+            rewriter.code_for(program.name, program.filename, program.source, compiled=True)
+            if rewriter
+            else None
+        )
         exec(code or plain, main.__dict__)
 
     _report_uncaught(execute)

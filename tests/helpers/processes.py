@@ -9,13 +9,19 @@ from pathlib import Path
 
 
 def run_python(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run this interpreter with ``args``; the environment is ours updated by ``env``."""
+    """Run this interpreter with ``args`` (and ``stdin`` on its standard input); the
+    environment is ours updated by ``env``."""
     return subprocess.run(
         [sys.executable, *args],
         env={**os.environ, **(env or {})},
         cwd=cwd,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
