@@ -144,6 +144,25 @@ class ScalesByAttribute(nn.Module):
         return y + 1
 
 
+class MaskOrNoneThenDropout(nn.Module):
+    '''Continuation: the rest of the function reads a submodule's number (the dropout's
+    p) under either outcome, as the original does whichever branch it takes.'''
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x, mask):
+        if mask is not None and torch.any(~mask):
+            mask = mask
+        else:
+            mask = None
+        y = self.drop(x) * 2
+        if mask is not None:
+            y = y.masked_fill(mask, 0)
+        return y
+
+
 class ScalesByPi(nn.Module):
     '''T1: only the arm never taken reads math.pi, a constant of another module.'''
 
@@ -287,4 +306,18 @@ def test_an_arm_never_taken_that_reads_a_module_constant_is_merged(modules) -> N
     with torch.no_grad():
         result = torch.compile(mended.ScalesByPi(), backend=counter)(x)
     assert torch.equal(result, plain.ScalesByPi()(x))
+    assert counter.frame_count == 1
+
+
+def test_a_submodule_number_read_under_both_outcomes_is_continued(modules) -> None:
+    """Numbers reached through a module's submodules are not followed (phi-1.5's
+    ``self.drop.p``, read by the rest of the function whichever branch runs)."""
+    plain, mended = modules
+    x, mask = torch.ones(4, 4), torch.eye(4, dtype=torch.bool)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    with torch.no_grad():
+        model = mended.MaskOrNoneThenDropout().eval()
+        result = torch.compile(model, backend=counter)(x, mask)
+    assert torch.equal(result, plain.MaskOrNoneThenDropout().eval()(x, mask))
     assert counter.frame_count == 1

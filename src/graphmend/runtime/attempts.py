@@ -137,10 +137,19 @@ def _value_of(source: Any, frame: Any) -> Any:
         base = _value_of(source.base, frame)
         return None if base is None else inspect.getattr_static(base, source.member, None)
     if type(source).__name__ in ("GetItemSource", "DictGetItemSource"):
+        if isinstance(source.base, sources.AttrSource) and source.base.member in _REGISTRIES:
+            return None  # a submodule (self.drop.p): see _REGISTRIES
         return _item(_value_of(source.base, frame), source.index)
     if type(source).__name__.endswith("NNModuleSource"):  # the module itself, marked
         return _value_of(source.base, frame)
     return None
+
+
+#: Where a module keeps its submodules, parameters and buffers: numbers reached through
+#: them are not followed.  A continuation traces the rest of the function for both
+#: outcomes, and the first reads a submodule's number (phi-1.5's ``self.drop.p``) that
+#: the original reads whichever branch it takes; followed, that kept its break.
+_REGISTRIES = frozenset({"_modules", "_parameters", "_buffers"})
 
 
 def _item(container: Any, index: Any) -> Any:
