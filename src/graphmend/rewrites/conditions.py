@@ -47,16 +47,27 @@ def original_choice_test(
     scopes: ModuleScopes,
     functions: Sequence[ast.AST],
 ) -> ast.expr:
-    """The test of the original choice, made on the host when the branches do not merge.
+    """The test of the original choice, made on the host when the branches do not merge:
+    the evaluated condition, or the test itself (see :func:`test_to_evaluate_again`)."""
+    again = test_to_evaluate_again(test, scopes, functions)
+    return load(condition_name) if again is None else again
 
-    The evaluated condition, except where it searches a tensor for a number (``0 in
-    mask``): TorchDynamo cannot resume after that search, so plain compile runs the
-    whole frame eagerly, while a jump on the device value breaks there and compiles
-    the rest (more graphs than plain).  Such a test, pure, is evaluated again as
-    written, to break as the original does; one that is not pure is declined.
+
+def test_to_evaluate_again(
+    test: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> ast.expr | None:
+    """A copy of ``test`` where it searches a tensor for a number (``0 in mask``), else
+    ``None``.
+
+    TorchDynamo cannot resume after that search, so plain compile keeps the graph up
+    to its last checkpoint and runs the rest of the frame eagerly, while a jump on the
+    device value breaks there and compiles the rest (one graph more than plain).  Where
+    the original choice is made on the host after all (the branches do not merge, a
+    guard is not lowered), such a test, pure, is evaluated again as written, to break as
+    the original does; one that is not pure is declined.
     """
     if not any(is_number_search(node) for node in ast.walk(test)):
-        return load(condition_name)
+        return None
     problem = speculation_problem(test, scopes, functions)
     if problem is not None:
         raise Untranslatable(
