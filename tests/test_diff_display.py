@@ -126,3 +126,38 @@ def test_a_real_transformers_module_shows_valid_python(capsys):
     text = _diff(capsys, BART)
     assert "@gm_" not in text
     assert "+import graphmend.runtime" in text.splitlines()
+
+
+#: A configuration module that never imports torch (CodeT5+'s configuration_codet5p.py):
+#: its logging call is deferred, and the runtime is bound once torch is imported.
+WITHOUT_TORCH = '''
+"""A configuration."""
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+class Config:
+    @classmethod
+    def make(cls, size):
+        logger.info("making one of size %s", size)
+        return cls()
+'''
+
+
+def test_a_module_that_never_imports_torch_shows_its_late_binding(tmp_path, capsys):
+    # diff failed there (ValueError: no runtime import in a rewritten module).
+    path = tmp_path / "configuration.py"
+    path.write_text(WITHOUT_TORCH)
+    out = _diff(capsys, str(path))
+    assert "@gm_" not in out
+    assert "module level, after line 2 (rewritten)" in out
+    added = [line[1:] for line in out.splitlines() if line.startswith("+") and line[1:2] != "+"]
+    assert added[0] == "def graphmend_bind(torch_module):"
+    assert added[1].startswith("    global graphmend_defer")
+    assert added[2] == "    import graphmend.runtime"
+    assert "graphmend_post_import.when_imported('torch', graphmend_bind)" in added
+    records = json.loads(_diff(capsys, "--json", str(path)))
+    assert [record["function"] for record in records] == ["<module>", "Config.make"]
+    for record in records:
+        ast.parse(record["rewritten"])

@@ -374,6 +374,39 @@ def test_unmergeable_branches_keep_the_original_break(load_rewritten, name):
             compile_and_run(function, x, fullgraph=True)
 
 
+UNMERGEABLE_SEARCHES = """
+import torch
+
+def mask_or_none(x, mask):
+    # Hunyuan-Large, Jamba, Florence-2 (remote code), their flash-attention path
+    h = (x * 2).sin()
+    mask = mask if (mask is not None and 0 in mask) else None
+    return h.cos(), mask
+
+def reshaped_or_not(x, mask):
+    h = (x * 2).sin()
+    if 0 in mask:
+        m = mask[:, None]
+    else:
+        m = mask
+    return h.cos(), m
+"""
+
+
+@pytest.mark.parametrize("name", ["mask_or_none", "reshaped_or_not"])
+def test_an_unmerged_search_of_a_tensor_breaks_where_the_original_does(load_both, name):
+    # TorchDynamo cannot resume after `0 in mask` (it compiles up to there and runs the
+    # rest eagerly); the fallback jumped on the searched device value instead, a break
+    # it resumes from: one graph more than plain.
+    plain, mended = (getattr(module, name) for module in load_both(UNMERGEABLE_SEARCHES))
+    for mask in (torch.tensor([1.0, 0.0, 1.0]), torch.ones(3)):
+        x = torch.arange(3.0)
+        expected = compile_and_run(plain, x, mask)
+        compiled = compile_and_run(mended, x, mask)
+        assert (compiled.graphs, compiled.breaks) == (expected.graphs, expected.breaks)
+        assert same(compiled.result, expected.result)
+
+
 def _findings(source: str):
     return rewrite(textwrap.dedent(source), "<fixture>", {"predicate"}).findings
 

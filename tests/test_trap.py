@@ -246,6 +246,47 @@ def test_an_assert_that_cannot_be_lowered_stays_an_assert(load_both, fullgraph):
     assert outcomes[0] == ([("ok", [1.0, 1.0, 1.0]), (RuntimeError, "negative in assert")], 1)
 
 
+SEARCH_AFTER_A_STORE = """
+import torch
+
+class Box:
+    pass
+
+def guarded(x, mask, box):
+    h = (x * 2).sin() + 1
+    box.value = 3  # a Python side effect: the guard keeps its raise
+    if 0 in mask:
+        raise ValueError("zero in mask")
+    return h.cos()
+
+def asserted(x, mask, box):
+    h = (x * 2).sin() + 1
+    box.value = 3
+    assert 0 not in mask, "zero in mask"
+    return h.cos()
+"""
+
+
+@pytest.mark.parametrize("name", ["guarded", "asserted"])
+def test_a_kept_guard_that_searches_a_tensor_breaks_where_the_original_does(load_both, name):
+    # TorchDynamo cannot resume after `0 in mask`; the kept raise was decided on the
+    # searched device value instead: a jump it resumes from (one graph more than plain),
+    # and an assert on it that TorchDynamo lowers (RuntimeError, where plain raised
+    # AssertionError from the eager rest of the frame).
+    outcomes = []
+    for module in load_both(SEARCH_AFTER_A_STORE):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(getattr(module, name), backend=counter)
+        calls = [
+            _outcome(compiled, torch.ones(3), mask, module.Box())
+            for mask in (torch.ones(3), torch.tensor([1.0, 0.0, 1.0]))
+        ]
+        calls = [(kind, value.tolist() if kind == "ok" else value) for kind, value in calls]
+        outcomes.append((calls, counter.frame_count))
+    assert outcomes[1] == outcomes[0]
+
+
 def test_message_that_needs_tensor_data_keeps_the_break(load_rewritten):
     module = load_rewritten(
         """

@@ -134,18 +134,28 @@ def _contains(outer: ast.stmt, inner: ast.stmt) -> bool:
 
 def _injected(report: ModuleReport, display: Display) -> FunctionDiff:
     """The code GraphMend adds after the module's torch import: the runtime and the
-    generated functions."""
+    generated functions (in a module that never imports torch, the function binding
+    them once torch is imported, and its scheduling, after the docstring)."""
     block, index = _runtime_import(report.result.tree)
-    anchor = block[index - 1]
-    anchor_text = ast.unparse(anchor)
+    anchor = _original_before(block, index)
+    anchor_text = "" if anchor is None else ast.unparse(anchor)
+    injected = display.render(_generated_run(block, index))
     return FunctionDiff(
         report.name,
         str(report.path),
         MODULE_LEVEL,
-        anchor.lineno,
+        0 if anchor is None else anchor.lineno,
         anchor_text,
-        "\n".join([anchor_text, display.render(_generated_run(block, index))]),
+        "\n".join([anchor_text, injected] if anchor_text else [injected]),
     )
+
+
+def _original_before(block: list[ast.stmt], index: int) -> ast.stmt | None:
+    """The last statement of the module's own before ``block[index]``, if any."""
+    for statement in reversed(block[:index]):
+        if not is_generated(statement):
+            return statement
+    return None
 
 
 def _generated_run(block: list[ast.stmt], start: int) -> list[ast.stmt]:
@@ -159,7 +169,9 @@ def _generated_run(block: list[ast.stmt], start: int) -> list[ast.stmt]:
 
 
 def _runtime_import(tree: ast.Module) -> tuple[list[ast.stmt], int]:
-    """The block holding ``import graphmend.runtime as _@gm_rt``, and its index there."""
+    """The block holding ``import graphmend.runtime as _@gm_rt``, and its index there;
+    in a module that never imports torch, the module's body and the index of the
+    generated function holding that import."""
     blocks = [tree.body] + [
         block
         for statement in tree.body
@@ -168,11 +180,22 @@ def _runtime_import(tree: ast.Module) -> tuple[list[ast.stmt], int]:
     ]
     for block in blocks:
         for index, statement in enumerate(block):
-            if isinstance(statement, ast.Import) and any(
-                alias.asname == RUNTIME for alias in statement.names
-            ):
+            if _imports_runtime(statement):
                 return block, index
+    for index, statement in enumerate(tree.body):
+        if (
+            isinstance(statement, _Definition)
+            and is_generated(statement)
+            and any(_imports_runtime(inner) for inner in statement.body)
+        ):
+            return tree.body, index
     raise ValueError("no runtime import in a rewritten module")
+
+
+def _imports_runtime(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Import) and any(
+        alias.asname == RUNTIME for alias in statement.names
+    )
 
 
 def diff(

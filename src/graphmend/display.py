@@ -78,7 +78,14 @@ class Display(ast.NodeTransformer):
     def visit_alias(self, node: ast.alias) -> ast.alias:
         if node.asname == RUNTIME:
             node.asname = None if self.runtime == node.name else self.runtime
+        elif node.asname is not None and node.asname.startswith(PREFIX):
+            node.asname = self._shown(node.asname)
         return node
+
+    def visit_Global(self, node: ast.Global) -> ast.Global | None:
+        """The runtime and its check read as ``graphmend.runtime``: not listed."""
+        node.names = [self._shown(n) for n in node.names if n not in (RUNTIME, TRACING)]
+        return node if node.names else None
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
         if node.name.startswith(PREFIX):

@@ -41,6 +41,42 @@ class Untranslatable(Decline):
     """A condition whose host reads cannot be kept on the device exactly."""
 
 
+def original_choice_test(
+    test: ast.expr,
+    condition_name: str,
+    scopes: ModuleScopes,
+    functions: Sequence[ast.AST],
+) -> ast.expr:
+    """The test of the original choice, made on the host when the branches do not merge:
+    the evaluated condition, or the test itself (see :func:`test_to_evaluate_again`)."""
+    again = test_to_evaluate_again(test, scopes, functions)
+    return load(condition_name) if again is None else again
+
+
+def test_to_evaluate_again(
+    test: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> ast.expr | None:
+    """A copy of ``test`` where it searches a tensor for a number (``0 in mask``), else
+    ``None``.
+
+    TorchDynamo cannot resume after that search, so plain compile keeps the graph up
+    to its last checkpoint and runs the rest of the frame eagerly, while a jump on the
+    device value breaks there and compiles the rest (one graph more than plain).  Where
+    the original choice is made on the host after all (the branches do not merge, a
+    guard is not lowered), such a test, pure, is evaluated again as written, to break as
+    the original does; one that is not pure is declined.
+    """
+    if not any(is_number_search(node) for node in ast.walk(test)):
+        return None
+    problem = speculation_problem(test, scopes, functions)
+    if problem is not None:
+        raise Untranslatable(
+            "a search of a tensor for a number breaks where plain compile cannot resume, "
+            f"and the condition cannot be evaluated again: {problem}"
+        )
+    return copy.deepcopy(test)
+
+
 class ConditionTranslator:
     """Builds the tracing-time version of a condition: statements to run, then an expression."""
 

@@ -64,7 +64,7 @@ from graphmend.rewrites.common import (
     runtime_call,
     store,
 )
-from graphmend.rewrites.conditions import ConditionTranslator
+from graphmend.rewrites.conditions import ConditionTranslator, original_choice_test
 
 
 @dataclass
@@ -175,6 +175,12 @@ class PredicateRewrite(FunctionStatementRewriter):
             self.module.scopes, self.enclosing.functions, self.module.fresh_name
         )
         return translator.translate(condition)
+
+    def original_choice(self, test: ast.expr, condition_name: str) -> ast.expr:
+        """The test of the original choice, made when the branches do not merge."""
+        return original_choice_test(
+            test, condition_name, self.module.scopes, self.enclosing.functions
+        )
 
 
 class _Site:
@@ -311,7 +317,7 @@ class _Site:
         )
         fallback = mark_continuable(
             ast.If(
-                test=load(condition_name),
+                test=self.rewriter.original_choice(self.statement.test, condition_name),
                 body=copy.deepcopy(self.then_arm) or [ast.Pass()],
                 orelse=copy.deepcopy(self.else_arm),
             ),
@@ -529,7 +535,8 @@ class _ConditionalExpressions(ast.NodeTransformer):
         # object, a guard that failed on later calls in long runs (a recompile, one
         # graph more than plain).
         original = copy.deepcopy(node)
-        fallback = ast.IfExp(test=load(names["cond"]), body=original.body, orelse=original.orelse)
+        test = self.rewriter.original_choice(node.test, names["cond"])
+        fallback = ast.IfExp(test=test, body=original.body, orelse=original.orelse)
         return ast.IfExp(
             test=ast.Compare(left=merged, ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
             body=_first(load(names["merged"])),

@@ -49,7 +49,7 @@ from graphmend.rewrites.common import (
     runtime_call,
     store,
 )
-from graphmend.rewrites.conditions import ConditionTranslator
+from graphmend.rewrites.conditions import ConditionTranslator, test_to_evaluate_again
 
 _SEPARATOR = "\x1f"  # see graphmend.runtime.traps
 _SAFE_METHODS = frozenset({"size", "dim", "numel"})
@@ -153,7 +153,7 @@ class TrapRewrite(FunctionStatementRewriter):
                 return None
         body: list[ast.stmt] = []
         conditions: list[str] = []
-        for guard, (prelude, condition, message_parts, formats_names) in zip(
+        for guard, (prelude, condition, message_parts, formats_names, again) in zip(
             guards, plans, strict=True
         ):
             name = self.module.fresh_name("cond")
@@ -179,7 +179,8 @@ class TrapRewrite(FunctionStatementRewriter):
                     ),
                 ],
             )
-            body.append(locate(_unless_lowered(lowered, name, guard), guard.site))  # type: ignore[arg-type]
+            kept = _unless_lowered(lowered, load(name) if again is None else again, guard)
+            body.append(locate(kept, guard.site))  # type: ignore[arg-type]
             conditions.append(name)
             exception = ast.unparse(guard.exception)
             self.record(
@@ -198,7 +199,7 @@ class TrapRewrite(FunctionStatementRewriter):
 
     def _plan(
         self, guard: _Guard, ahead_of_time: bool
-    ) -> tuple[list[ast.stmt], ast.expr, list[ast.expr], bool]:
+    ) -> tuple[list[ast.stmt], ast.expr, list[ast.expr], bool, ast.expr | None]:
         functions = self.enclosing.functions
         scopes = self.module.scopes
         _check_raise(guard.raise_statement)
@@ -212,21 +213,23 @@ class TrapRewrite(FunctionStatementRewriter):
         message_parts = message.parts(guard.message)
         translator = ConditionTranslator(scopes, functions, self.module.fresh_name)
         prelude, condition = translator.translate(guard.condition)
-        return prelude, condition, message_parts, message.formats_names
+        again = test_to_evaluate_again(guard.condition, scopes, functions)
+        return prelude, condition, message_parts, message.formats_names, again
 
 
-def _unless_lowered(lowered: ast.expr, condition: str, guard: _Guard) -> ast.If:
-    """What runs when ``lowered`` is false: the original raise; for an assert, the assert
+def _unless_lowered(lowered: ast.expr, condition: ast.expr, guard: _Guard) -> ast.If:
+    """What runs when ``lowered`` is false: the original raise, on ``condition`` (the
+    evaluated condition, or the original one evaluated again); for an assert, the assert
     itself, given the truth of its test: TorchDynamo turns one with a constant message
     into ``torch._assert_async`` as without GraphMend, where an ``if`` that raises is a
     graph break plain ``torch.compile`` does not have (``torch.func.grad``'s ``with``
     block keeps GraphMend from lowering it)."""
     if guard.is_assert:
-        kept: ast.stmt = ast.Assert(
-            test=runtime_call("not_", load(condition)), msg=copy.deepcopy(guard.message)
-        )
+        negated = isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not)
+        test = condition.operand if negated else runtime_call("not_", condition)  # type: ignore[attr-defined]
+        kept: ast.stmt = ast.Assert(test=test, msg=copy.deepcopy(guard.message))
     else:
-        kept = ast.If(test=load(condition), body=[copy.deepcopy(guard.raise_statement)], orelse=[])
+        kept = ast.If(test=condition, body=[copy.deepcopy(guard.raise_statement)], orelse=[])
     return ast.If(test=ast.UnaryOp(op=ast.Not(), operand=lowered), body=[kept], orelse=[])
 
 
