@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphmend.runtime import cond_layout
 from graphmend.runtime.aliasing import watch
 from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
@@ -370,7 +371,12 @@ def _with_cond(
 
         return run
 
-    selected = iter(torch.cond(predicate, tensors_of(then_branch), tensors_of(else_branch), ()))
+    # TorchInductor lays out an operand computed in the graph as it likes, and the
+    # branches assert the traced strides: the operands' layout is pinned (cond_layout)
+    torch._dynamo.comptime.comptime(cond_layout.remember_graph)
+    results = torch.cond(predicate, tensors_of(then_branch), tensors_of(else_branch), ())
+    torch._dynamo.comptime.comptime(cond_layout.pin_traced_conds)
+    selected = iter(results)
     return tuple(
         next(selected) if is_tensor else value
         for value, is_tensor in zip(then_values, plan, strict=True)
