@@ -113,6 +113,20 @@ def pin_traced_conds(context: Any) -> None:
             pin_operands(output.graph, cond, versions)
 
 
+def strided_view(value: Any) -> bool:
+    """A tensor with gaps between its elements (a slice) or elements sharing memory:
+    not laid out densely in any order.  (Dense, its elements span exactly its size;
+    no sorting of strides, which TorchDynamo cannot do when they are symbolic.)"""
+    if not isinstance(value, torch.Tensor) or value.is_contiguous():
+        return False
+    span = 1
+    for stride, size in zip(value.stride(), value.shape, strict=True):
+        if stride == 0 and size > 1:
+            return True
+        span += (size - 1) * stride
+    return span != value.numel()
+
+
 def _computed_tensor(operand: object) -> bool:
     return (
         isinstance(operand, Node)

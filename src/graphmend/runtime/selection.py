@@ -158,6 +158,13 @@ def branch(
         # Asked after the site is opened: the guard asking installs is taken back.
         declined("predicate", "a branch that calls a submodule reads a Python float")
         return None
+    if expensive and _reads_a_strided_view((*then_arguments, *else_arguments)):
+        declined(
+            "predicate",
+            "a branch that calls a submodule reads a strided view (torch.cond needs "
+            "dense operands, and TorchInductor would lay out a copy otherwise)",
+        )
+        return None
     predicate = truth(condition)
     # Both branches are traced, and the untaken one may fail where it is traced (a
     # reshape to a size its tensor does not have): that runs the original if.
@@ -347,6 +354,13 @@ def _select(predicate: torch.Tensor, left: Any, right: Any) -> Any:
 
 
 Branch = tuple[Callable[..., tuple[Any, ...]], Sequence[Any]]
+
+
+def _reads_a_strided_view(arguments: Sequence[Any]) -> bool:
+    """Whether a tensor among ``arguments`` (or in a list, tuple or dict of them) is a
+    strided view: a ``torch.cond`` operand whose layout cannot be pinned."""
+    leaves = torch.utils._pytree.tree_leaves(list(arguments))
+    return any(cond_layout.strided_view(leaf) for leaf in leaves)
 
 
 def _with_cond(
