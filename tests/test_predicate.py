@@ -182,6 +182,34 @@ class Scaler(nn.Module):
         return h * self.scale + self.cache
 
 
+# ChatGLM's layout: [seq, batch, hidden] made by a transposed copy, and a branch that
+# calls a submodule (merged with torch.cond).
+class SequenceFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, h):
+        x = h.transpose(0, 1).contiguous()
+        if x.sum() > 0:
+            y = self.proj(x)
+        else:
+            y = self.proj(x) * 2
+        return y.transpose(0, 1)
+
+
+# The same with a broadcast view (stride 0) computed in the graph: torch.cond needs
+# dense operands, so the break stays.
+class ExpandedOperand(SequenceFirst):
+    def forward(self, h):
+        x = (h[:, :1] + 1).expand(-1, 3, -1)
+        if x.sum() > 0:
+            y = self.proj(x)
+        else:
+            y = self.proj(x) * 2
+        return y
+
+
 def gradient_unsafe(x):
     if x.sum() > 0:
         x = torch.log(x)
@@ -323,6 +351,31 @@ def test_inductor_end_to_end(patterns):
     compiled = torch.compile(patterns.elif_chain, fullgraph=True)
     for x in (torch.full((3,), 2.0), torch.full((3,), -2.0), torch.zeros(3)):
         assert torch.allclose(compiled(x), patterns.elif_chain(x))
+
+
+@pytest.mark.inductor
+def test_a_costly_branch_reading_a_transposed_copy_under_inductor(patterns):
+    """The branches call a submodule, so they run under ``torch.cond``; TorchInductor
+    lays out ``h.transpose(0, 1).contiguous()`` transposed, and the branch asserts the
+    traced (contiguous) strides: the operand's layout is pinned before the cond."""
+    _agrees_under_inductor(patterns.SequenceFirst().eval(), fullgraph=True)
+
+
+@pytest.mark.inductor
+def test_a_costly_branch_reading_a_broadcast_view_keeps_its_break_under_inductor(patterns):
+    """A stride-0 operand cannot be pinned (TorchInductor copies it densely): the
+    original ``if`` runs, with its break, where GraphMend's cond failed at run time."""
+    _agrees_under_inductor(patterns.ExpandedOperand().eval(), fullgraph=False)
+
+
+def _agrees_under_inductor(model: torch.nn.Module, fullgraph: bool) -> None:
+    """``model`` compiled with TorchInductor gives eager's results, for either branch."""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=fullgraph)
+    with torch.no_grad():
+        for sign in (1.0, -1.0):
+            h = sign * torch.rand(2, 5, 4, generator=torch.Generator().manual_seed(0))
+            torch.testing.assert_close(compiled(h), model(h))
 
 
 def test_dynamic_shapes(patterns):

@@ -20,11 +20,17 @@ they do not: the values are the operand's, bit for bit.  Graph inputs and consta
 have a fixed layout already and are left as they are.  An operand a branch updates
 in place cannot go through a copy (the update would be lost), so such a ``cond`` is
 :class:`Unpinnable`.
+
+Continuation calls :func:`pin_operands` itself; T1's costly branches call
+``torch.cond`` from traced code, between the hooks :func:`remember_graph` and
+:func:`pin_traced_conds`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.fx import Graph, Node
@@ -69,6 +75,56 @@ def pin_operands(graph: Graph, cond: Node, versions: dict[Node, int]) -> int:
     replaced = type(operands)(pinned.get(operand, operand) for operand in operands)
     cond.update_arg(len(cond.args) - 1, replaced)
     return len(pinned)
+
+
+#: The tracer's attribute holding, per ``torch.cond`` traced in user code (T1's
+#: costly branches), the graph's nodes and tensor versions before it: a stack, so
+#: that a ``cond`` traced while another is being traced pins only its own operands.
+_BEFORE = "graphmend_before_cond"
+
+
+def remember_graph(context: Any) -> None:
+    """A ``comptime`` hook before a ``torch.cond`` called from traced code: notes the
+    graph's nodes and :func:`tensor_versions` for :func:`pin_traced_conds`."""
+    try:
+        output = context._i_will_not_complain_if_bc_breaks_InstructionTranslator().output
+        snapshot = (set(output.graph.nodes), tensor_versions(output.graph))
+        output.__dict__.setdefault(_BEFORE, []).append(snapshot)
+    except (AttributeError, TypeError):
+        return  # this torch release: the cond's operands keep the layout TorchInductor picks
+
+
+def pin_traced_conds(context: Any) -> None:
+    """A ``comptime`` hook after that ``torch.cond``: :func:`pin_operands` of each
+    ``cond`` it added.  One a branch updates in place is left as it is (``torch.cond``
+    refuses such branches in any case)."""
+    try:
+        output = context._i_will_not_complain_if_bc_breaks_InstructionTranslator().output
+        nodes, versions = output.__dict__[_BEFORE].pop()
+        added = [
+            node
+            for node in output.graph.nodes
+            if node not in nodes and node.target is torch.ops.higher_order.cond
+        ]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return
+    for cond in added:
+        with contextlib.suppress(Unpinnable):
+            pin_operands(output.graph, cond, versions)
+
+
+def strided_view(value: Any) -> bool:
+    """A tensor with gaps between its elements (a slice) or elements sharing memory:
+    not laid out densely in any order.  (Dense, its elements span exactly its size;
+    no sorting of strides, which TorchDynamo cannot do when they are symbolic.)"""
+    if not isinstance(value, torch.Tensor) or value.is_contiguous():
+        return False
+    span = 1
+    for stride, size in zip(value.stride(), value.shape, strict=True):
+        if stride == 0 and size > 1:
+            return True
+        span += (size - 1) * stride
+    return span != value.numel()
 
 
 def _computed_tensor(operand: object) -> bool:

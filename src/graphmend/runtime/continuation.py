@@ -60,7 +60,7 @@ def continuation(
         return None
     if open_site("continuation") is not None:
         return None
-    sparse = any(_strided_view(v) for v in (*then_arguments, *else_arguments))
+    sparse = any(cond_layout.strided_view(v) for v in (*then_arguments, *else_arguments))
     if sparse and layout_matters:
         declined(
             "continuation",
@@ -83,25 +83,11 @@ def continuation(
     return merged
 
 
-def _strided_view(value: Any) -> bool:
-    """A tensor with gaps between its elements (a slice) or elements sharing memory:
-    not laid out densely in any order.  (Dense, its elements span exactly its size;
-    no sorting of strides, which TorchDynamo cannot do when they are symbolic.)"""
-    if not isinstance(value, torch.Tensor) or value.is_contiguous():
-        return False
-    span = 1
-    for stride, size in zip(value.stride(), value.shape, strict=True):
-        if stride == 0 and size > 1:
-            return True
-        span += (size - 1) * stride
-    return span != value.numel()
-
-
 def _dense(value: Any) -> Any:
     """A dense copy of a tensor that is a strided view (TorchInductor's ``cond`` assumes
     dense inputs); anything else as it is, a transposed tensor included (its results
     keep the layout they have in the original; a copy of a dense tensor would alias)."""
-    if _strided_view(value):
+    if cond_layout.strided_view(value):
         return value.clone(memory_format=torch.contiguous_format)
     return value
 

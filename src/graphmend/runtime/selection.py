@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphmend.runtime import cond_layout
 from graphmend.runtime.aliasing import watch
 from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
@@ -156,6 +157,13 @@ def branch(
         # does not say whether it is, so a branch reading one keeps the original if.
         # Asked after the site is opened: the guard asking installs is taken back.
         declined("predicate", "a branch that calls a submodule reads a Python float")
+        return None
+    if expensive and _reads_a_strided_view((*then_arguments, *else_arguments)):
+        declined(
+            "predicate",
+            "a branch that calls a submodule reads a strided view (torch.cond needs "
+            "dense operands, and TorchInductor would lay out a copy otherwise)",
+        )
         return None
     predicate = truth(condition)
     # Both branches are traced, and the untaken one may fail where it is traced (a
@@ -348,6 +356,13 @@ def _select(predicate: torch.Tensor, left: Any, right: Any) -> Any:
 Branch = tuple[Callable[..., tuple[Any, ...]], Sequence[Any]]
 
 
+def _reads_a_strided_view(arguments: Sequence[Any]) -> bool:
+    """Whether a tensor among ``arguments`` (or in a list, tuple or dict of them) is a
+    strided view: a ``torch.cond`` operand whose layout cannot be pinned."""
+    leaves = torch.utils._pytree.tree_leaves(list(arguments))
+    return any(cond_layout.strided_view(leaf) for leaf in leaves)
+
+
 def _with_cond(
     predicate: torch.Tensor,
     plan: list[bool],
@@ -370,7 +385,12 @@ def _with_cond(
 
         return run
 
-    selected = iter(torch.cond(predicate, tensors_of(then_branch), tensors_of(else_branch), ()))
+    # TorchInductor lays out an operand computed in the graph as it likes, and the
+    # branches assert the traced strides: the operands' layout is pinned (cond_layout)
+    torch._dynamo.comptime.comptime(cond_layout.remember_graph)
+    results = torch.cond(predicate, tensors_of(then_branch), tensors_of(else_branch), ())
+    torch._dynamo.comptime.comptime(cond_layout.pin_traced_conds)
+    selected = iter(results)
     return tuple(
         next(selected) if is_tensor else value
         for value, is_tensor in zip(then_values, plan, strict=True)
