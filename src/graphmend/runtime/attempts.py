@@ -98,9 +98,10 @@ class Attempt:
         guard on, first, or ``None``: the frame would compile again when it changes,
         where the original, not running this code, guards nothing of it.  Globals are
         not followed: a module's constants (``math.pi``) do not change between calls."""
+        arguments = self.tracer.output.root_tx.f_locals
         valued = self._valued_sources()
         for name in sorted(valued.keys() - self.valued.keys()):
-            value = _value_of(valued[name], self.tracer.output.root_tx)
+            value = _value_of(valued[name], arguments)
             if type(value) in (int, float):
                 return f"{name}={value!r}"
         return None
@@ -125,23 +126,23 @@ class Attempt:
         return None
 
 
-def _value_of(source: Any, frame: Any) -> Any:
-    """What ``source`` names, if it is an argument of the frame being traced (``frame``,
-    its translator), or an attribute (read without running a property) or an item of a
-    tuple, list or dict reached from one, else ``None``."""
+def _value_of(source: Any, arguments: dict[str, Any]) -> Any:
+    """What ``source`` names, if it is one of the frame's ``arguments``, or an attribute
+    (read without running a property) or an item of a tuple, list or dict reached from
+    one, else ``None``."""
     from torch._dynamo import source as sources
 
     if isinstance(source, sources.LocalSource):
-        return frame.f_locals.get(source.local_name)
+        return arguments.get(source.local_name)
     if isinstance(source, sources.AttrSource):
-        base = _value_of(source.base, frame)
+        base = _value_of(source.base, arguments)
         return None if base is None else inspect.getattr_static(base, source.member, None)
     if type(source).__name__ in ("GetItemSource", "DictGetItemSource"):
         if isinstance(source.base, sources.AttrSource) and source.base.member in _REGISTRIES:
             return None  # a submodule (self.drop.p): see _REGISTRIES
-        return _item(_value_of(source.base, frame), source.index)
+        return _item(_value_of(source.base, arguments), source.index)
     if type(source).__name__.endswith("NNModuleSource"):  # the module itself, marked
-        return _value_of(source.base, frame)
+        return _value_of(source.base, arguments)
     return None
 
 
