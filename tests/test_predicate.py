@@ -443,20 +443,42 @@ def reshaped_or_not(x, mask):
     else:
         m = mask
     return h.cos(), m
+
+def searched_first(x, mask):
+    mask = mask if (mask is not None and 0 in mask) else None
+    return x.cos(), mask
+
+def update_causal_mask(mask):
+    # transformers 4.40's Mistral, Qwen2, Phi, Starcoder2 under flash attention
+    if mask is not None and 0.0 in mask:
+        return mask
+    return None
+
+def forward(x, mask):
+    h = (x * 2).sin()
+    mask = update_causal_mask(mask)
+    h = h.cos()
+    return h if mask is None else h * mask
 """
 
 
-@pytest.mark.parametrize("name", ["mask_or_none", "reshaped_or_not"])
+@pytest.mark.parametrize("name", ["mask_or_none", "reshaped_or_not", "searched_first", "forward"])
 def test_an_unmerged_search_of_a_tensor_breaks_where_the_original_does(load_both, name):
     # TorchDynamo cannot resume after `0 in mask` (it compiles up to there and runs the
-    # rest eagerly); the fallback jumped on the searched device value instead, a break
-    # it resumes from: one graph more than plain.
+    # rest eagerly, or the whole frame where nothing came before): the fallback jumped on
+    # the searched device value instead, a break it resumes from, one graph more than
+    # plain; then it searched again, after the device version of the condition had
+    # put its operations into the graph (a graph where plain's was empty).
     plain, mended = (getattr(module, name) for module in load_both(UNMERGEABLE_SEARCHES))
     for mask in (torch.tensor([1.0, 0.0, 1.0]), torch.ones(3)):
         x = torch.arange(3.0)
         expected = compile_and_run(plain, x, mask)
         compiled = compile_and_run(mended, x, mask)
-        assert (compiled.graphs, compiled.breaks) == (expected.graphs, expected.breaks)
+        assert (compiled.graphs, compiled.breaks, compiled.operations) == (
+            expected.graphs,
+            expected.breaks,
+            expected.operations,
+        )
         assert same(compiled.result, expected.result)
 
 

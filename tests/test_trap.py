@@ -264,15 +264,22 @@ def asserted(x, mask, box):
     box.value = 3
     assert 0 not in mask, "zero in mask"
     return h.cos()
+
+def asserted_first(x, mask, box):
+    box.value = 3
+    assert 0 not in mask, "zero in mask"
+    return x.cos()
 """
 
 
-@pytest.mark.parametrize("name", ["guarded", "asserted"])
+@pytest.mark.parametrize("name", ["guarded", "asserted", "asserted_first"])
 def test_a_kept_guard_that_searches_a_tensor_breaks_where_the_original_does(load_both, name):
     # TorchDynamo cannot resume after `0 in mask`; the kept raise was decided on the
     # searched device value instead: a jump it resumes from (one graph more than plain),
     # and an assert on it that TorchDynamo lowers (RuntimeError, where plain raised
-    # AssertionError from the eager rest of the frame).
+    # AssertionError from the eager rest of the frame); then it searched again, after the
+    # device version of the condition had put its operations into the graph (a graph
+    # where plain's was empty).
     outcomes = []
     for module in load_both(SEARCH_AFTER_A_STORE):
         torch._dynamo.reset()
@@ -283,7 +290,7 @@ def test_a_kept_guard_that_searches_a_tensor_breaks_where_the_original_does(load
             for mask in (torch.ones(3), torch.tensor([1.0, 0.0, 1.0]))
         ]
         calls = [(kind, value.tolist() if kind == "ok" else value) for kind, value in calls]
-        outcomes.append((calls, counter.frame_count))
+        outcomes.append((calls, counter.frame_count, counter.op_count))
     assert outcomes[1] == outcomes[0]
 
 

@@ -142,17 +142,44 @@ def make_function(
     return mark_generated(function)  # type: ignore[return-value]
 
 
-def dual_path(site: ast.stmt, tracing_body: list[ast.stmt]) -> ast.If:
+def dual_path(site: ast.stmt, tracing_body: list[ast.stmt], search: str | None = None) -> ast.If:
     """``if tracing(): <tracing_body> else: <site>`` located at ``site``.
 
     The original statement stays the eager path, untouched; TorchDynamo folds
-    the test to a constant, so only one branch is ever traced.
+    the test to a constant, so only one branch is ever traced.  Where the tracing body
+    reads ``search``, the name of a search site's token, the test also binds it
+    (``tracing() and (search := search_site()) is not None``, see
+    :mod:`graphmend.runtime.searches`): a site marked to run as written takes ``site``.
     """
-    test = ast.Call(func=load(TRACING), args=[], keywords=[])
+    test: ast.expr = ast.Call(func=load(TRACING), args=[], keywords=[])
+    if search is not None and _reads(tracing_body, search):
+        token = ast.NamedExpr(target=store(search), value=runtime_call("search_site"))
+        unmarked = ast.Compare(left=token, ops=[ast.IsNot()], comparators=[ast.Constant(None)])
+        test = ast.BoolOp(op=ast.And(), values=[test, unmarked])
     node = ast.If(test=test, body=tracing_body, orelse=[site])
     for statement in tracing_body:
         locate(statement, site)
     return mark_generated(locate(node, site))  # type: ignore[return-value]
+
+
+def is_tracing_test(test: ast.expr) -> bool:
+    """Whether ``test`` is the test :func:`dual_path` writes."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        test = test.values[0]
+    return (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == TRACING
+        and not test.args
+    )
+
+
+def _reads(body: list[ast.stmt], name: str) -> bool:
+    return any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+        for statement in body
+        for node in ast.walk(statement)
+    )
 
 
 @dataclass

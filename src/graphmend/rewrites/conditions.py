@@ -41,18 +41,6 @@ class Untranslatable(Decline):
     """A condition whose host reads cannot be kept on the device exactly."""
 
 
-def original_choice_test(
-    test: ast.expr,
-    condition_name: str,
-    scopes: ModuleScopes,
-    functions: Sequence[ast.AST],
-) -> ast.expr:
-    """The test of the original choice, made on the host when the branches do not merge:
-    the evaluated condition, or the test itself (see :func:`test_to_evaluate_again`)."""
-    again = test_to_evaluate_again(test, scopes, functions)
-    return load(condition_name) if again is None else again
-
-
 def test_to_evaluate_again(
     test: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
 ) -> ast.expr | None:

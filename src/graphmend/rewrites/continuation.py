@@ -47,12 +47,12 @@ from graphmend.analysis.bindings import (
 )
 from graphmend.findings import Decision, Finding, site_source
 from graphmend.rewrites.common import (
-    TRACING,
     Decline,
     ModuleContext,
     continuable_condition,
     is_generated,
     is_left_alone,
+    is_tracing_test,
     load,
     locate,
     make_function,
@@ -242,9 +242,7 @@ def _fallback_of(statement: ast.stmt) -> tuple[ast.If, ast.If, str] | None:
     if not (
         isinstance(statement, ast.If)
         and is_generated(statement)
-        and isinstance(statement.test, ast.Call)
-        and isinstance(statement.test.func, ast.Name)
-        and statement.test.func.id == TRACING
+        and is_tracing_test(statement.test)
         and statement.body
     ):
         return None

@@ -64,7 +64,7 @@ from graphmend.rewrites.common import (
     runtime_call,
     store,
 )
-from graphmend.rewrites.conditions import ConditionTranslator, original_choice_test
+from graphmend.rewrites.conditions import ConditionTranslator, test_to_evaluate_again
 
 
 @dataclass
@@ -135,8 +135,8 @@ class PredicateRewrite(FunctionStatementRewriter):
         self.record(statement, Decision.REWRITTEN, site.describe())
         eager = [statement, *(tail or [])]
         if tail is None:
-            return dual_path(statement, tracing_body)
-        rewritten = dual_path(statement, tracing_body)
+            return dual_path(statement, tracing_body, site.names["search"])
+        rewritten = dual_path(statement, tracing_body, site.names["search"])
         rewritten.orelse = eager
         return [rewritten]
 
@@ -165,7 +165,7 @@ class PredicateRewrite(FunctionStatementRewriter):
                 "conditional expression predicated: both values computed and selected on "
                 "the device when that is exact",
             )
-        return dual_path(statement, [*definitions, rewritten])
+        return dual_path(statement, [*definitions, rewritten], transformer.search)
 
     # -- shared helpers ------------------------------------------------------------------
 
@@ -176,11 +176,16 @@ class PredicateRewrite(FunctionStatementRewriter):
         )
         return translator.translate(condition)
 
-    def original_choice(self, test: ast.expr, condition_name: str) -> ast.expr:
-        """The test of the original choice, made when the branches do not merge."""
-        return original_choice_test(
-            test, condition_name, self.module.scopes, self.enclosing.functions
-        )
+    def original_choice(self, test: ast.expr, condition_name: str, search: str) -> ast.expr:
+        """The test of the original choice, made when the branches do not merge: the
+        evaluated condition; for a test that searches a tensor for a number (see
+        :func:`test_to_evaluate_again`), ``as_written(<search>) or <test>``, which runs
+        the statement as written (:mod:`graphmend.runtime.searches`)."""
+        again = test_to_evaluate_again(test, self.module.scopes, self.enclosing.functions)
+        if again is None:
+            return load(condition_name)
+        restart = runtime_call("as_written", load(search))
+        return ast.BoolOp(op=ast.Or(), values=[restart, again])
 
 
 class _Site:
@@ -215,7 +220,7 @@ class _Site:
         )
         self.slots = parent.slots if parent else _Slots()
         self.state = state or _ArmState()  # what the enclosing branch did before this site
-        self.names = self.module.fresh_names("cond", "then", "else", "merged")
+        self.names = self.module.fresh_names("cond", "then", "else", "merged", "search")
         self.then_arm = then_arm
         self.else_arm = else_arm
         self.outputs = [] if self.returns else self._outputs()
@@ -317,7 +322,9 @@ class _Site:
         )
         fallback = mark_continuable(
             ast.If(
-                test=self.rewriter.original_choice(self.statement.test, condition_name),
+                test=self.rewriter.original_choice(
+                    self.statement.test, condition_name, self.names["search"]
+                ),
                 body=copy.deepcopy(self.then_arm) or [ast.Pass()],
                 orelse=copy.deepcopy(self.else_arm),
             ),
@@ -486,6 +493,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
         self.whole_value = getattr(copy_, "value", None)  # the expression the copy computes
         self.definitions = definitions
         self.bound = rewriter.bound_at(statement)
+        self.search: str | None = None  # the statement's search token, named by its first site
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         return node  # its own scope
@@ -500,7 +508,8 @@ class _ConditionalExpressions(ast.NodeTransformer):
         checker = SpeculationChecker(
             module.scopes, self.rewriter.enclosing.functions, in_branch=True
         )
-        names = module.fresh_names("then", "else", "cond", "merged")
+        names = module.fresh_names("then", "else", "cond", "merged", "search")
+        self.search = self.search or names["search"]
         branches: list[ast.expr] = []
         for label, value in (("then", node.body), ("else", node.orelse)):
             checker.expression(value)
@@ -535,7 +544,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
         # object, a guard that failed on later calls in long runs (a recompile, one
         # graph more than plain).
         original = copy.deepcopy(node)
-        test = self.rewriter.original_choice(node.test, names["cond"])
+        test = self.rewriter.original_choice(node.test, names["cond"], self.search)
         fallback = ast.IfExp(test=test, body=original.body, orelse=original.orelse)
         return ast.IfExp(
             test=ast.Compare(left=merged, ops=[ast.IsNot()], comparators=[ast.Constant(None)]),

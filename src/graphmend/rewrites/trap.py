@@ -153,6 +153,10 @@ class TrapRewrite(FunctionStatementRewriter):
                 return None
         body: list[ast.stmt] = []
         conditions: list[str] = []
+        # a guard that searches a tensor for a number runs the statement as written when
+        # it is not lowered (graphmend.runtime.searches)
+        searches = any(plan[-1] is not None for plan in plans)
+        search = self.module.fresh_name("search") if searches else None
         for guard, (prelude, condition, message_parts, formats_names, again) in zip(
             guards, plans, strict=True
         ):
@@ -179,7 +183,11 @@ class TrapRewrite(FunctionStatementRewriter):
                     ),
                 ],
             )
-            kept = _unless_lowered(lowered, load(name) if again is None else again, guard)
+            if again is None:
+                kept = _unless_lowered(lowered, load(name), guard)
+            else:
+                restart = runtime_call("as_written", load(search))  # type: ignore[arg-type]
+                kept = _unless_lowered(lowered, again, guard, restart)
             body.append(locate(kept, guard.site))  # type: ignore[arg-type]
             conditions.append(name)
             exception = ast.unparse(guard.exception)
@@ -189,7 +197,7 @@ class TrapRewrite(FunctionStatementRewriter):
                 f"{kind} lowered into the graph: the compiled call raises {exception} "
                 "with the original message when it fails",
             )
-        return dual_path(eager, body)
+        return dual_path(eager, body, search)
 
     def _where(self, guard: _Guard) -> str:
         """The raise's line, function and file (``line:qualname:file``): the lowered
@@ -217,20 +225,29 @@ class TrapRewrite(FunctionStatementRewriter):
         return prelude, condition, message_parts, message.formats_names, again
 
 
-def _unless_lowered(lowered: ast.expr, condition: ast.expr, guard: _Guard) -> ast.If:
+def _unless_lowered(
+    lowered: ast.expr, condition: ast.expr, guard: _Guard, restart: ast.expr | None = None
+) -> ast.If:
     """What runs when ``lowered`` is false: the original raise, on ``condition`` (the
-    evaluated condition, or the original one evaluated again); for an assert, the assert
-    itself, given the truth of its test: TorchDynamo turns one with a constant message
-    into ``torch._assert_async`` as without GraphMend, where an ``if`` that raises is a
-    graph break plain ``torch.compile`` does not have (``torch.func.grad``'s ``with``
-    block keeps GraphMend from lowering it)."""
+    evaluated condition, or the original one evaluated again, after ``restart``, which
+    returns ``None``); for an assert, the assert itself, given the truth of its test:
+    TorchDynamo turns one with a constant message into ``torch._assert_async`` as without
+    GraphMend, where an ``if`` that raises is a graph break plain ``torch.compile`` does
+    not have (``torch.func.grad``'s ``with`` block keeps GraphMend from lowering it)."""
     if guard.is_assert:
         negated = isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not)
         test = condition.operand if negated else runtime_call("not_", condition)  # type: ignore[attr-defined]
-        kept: ast.stmt = ast.Assert(test=test, msg=copy.deepcopy(guard.message))
+        kept: ast.stmt = ast.Assert(test=_after(restart, test), msg=copy.deepcopy(guard.message))
     else:
-        kept = ast.If(test=condition, body=[copy.deepcopy(guard.raise_statement)], orelse=[])
+        kept = ast.If(
+            test=_after(restart, condition), body=[copy.deepcopy(guard.raise_statement)], orelse=[]
+        )
     return ast.If(test=ast.UnaryOp(op=ast.Not(), operand=lowered), body=[kept], orelse=[])
+
+
+def _after(restart: ast.expr | None, test: ast.expr) -> ast.expr:
+    """``test``, evaluated after ``restart`` (a call that returns ``None``), if any."""
+    return test if restart is None else ast.BoolOp(op=ast.Or(), values=[restart, test])
 
 
 def _guard_chain(statement: ast.If) -> tuple[list[_Guard], list[ast.stmt]] | None:

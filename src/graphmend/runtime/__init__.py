@@ -29,6 +29,7 @@ from graphmend.runtime.deferral import (
     warnings_may_raise,
 )
 from graphmend.runtime.reading import attribute, metadata, sequence, type_name
+from graphmend.runtime.searches import as_written, search_site
 from graphmend.runtime.selection import assign_item, branch
 from graphmend.runtime.tracing import tracing
 from graphmend.runtime.traps import (
@@ -41,6 +42,7 @@ from graphmend.runtime.traps import (
 
 __all__ = [
     "allclose",
+    "as_written",
     "assign_item",
     "attribute",
     "branch",
@@ -63,6 +65,7 @@ __all__ = [
     "not_",
     "rebuild",
     "render",
+    "search_site",
     "sequence",
     "tensor_free",
     "text",
