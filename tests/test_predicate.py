@@ -487,6 +487,37 @@ def _findings(source: str):
 
 
 @pytest.mark.parametrize(
+    ("helper", "decision"),
+    [
+        ("return a * 2 if a is b else a", Decision.DECLINED),
+        ("return a * b", Decision.REWRITTEN),
+        ("return other(a, b)", Decision.REWRITTEN),
+        ("return other(*(a, b))", Decision.REWRITTEN),
+    ],
+)
+def test_a_callee_of_the_module_is_read_for_identity_uses(helper, decision):
+    # Followed: the module's own functions a merged name is passed to; an imported one
+    # (`other`) is not, nor an argument passed inside a tuple.
+    source = f"""
+import torch
+from elsewhere import other
+def helper(a, b):
+    {helper}
+def f(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    return helper(y, t)
+"""
+    (finding,) = _findings(source)
+    assert finding.decision is decision
+    if decision is Decision.DECLINED:
+        assert "identity is used" in finding.reason
+
+
+@pytest.mark.parametrize(
     ("body", "reason"),
     [
         ("print(x)\n    y = x", "expression statement"),
@@ -810,6 +841,46 @@ def identity_through_a_container(x):
         return y + 1
     return y - 1
 
+def _same_or_not(a, b):
+    return a + 1 if a is b else a - 1
+
+def _passes_on(first, *, second):
+    return _same_or_not(first, second) * 2
+
+def identity_in_a_callee(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    return _same_or_not(y, t)
+
+def identity_two_callees_down(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    return _passes_on(y, second=t)
+
+class Holder:
+    def __init__(self):
+        self.t = None
+
+    def compare(self, value):
+        return value + 1 if value is self.t else value - 1
+
+    def run(self, x):
+        self.t = x * 2
+        if x.sum() > 0:
+            y = self.t
+        else:
+            y = x * 3
+        return self.compare(y)
+
+def identity_in_a_method(x):
+    return Holder().run(x)
+
 def identity_of_a_conditional(x):
     t = x * 2
     y = t if x.sum() > 0 else x * 3
@@ -896,13 +967,17 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
     [
         "compared_by_identity",
         "identity_through_a_container",
+        "identity_in_a_callee",
+        "identity_two_callees_down",
+        "identity_in_a_method",
         "identity_of_a_conditional",
         "memory_of_a_merged_value",
     ],
 )
 def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
-    # `y is t`, `(y, x)[0] is t`, `id(y)`, `y.storage_offset()`: a merged y is a new
-    # tensor, never the one the branch gave.
+    # `y is t`, `(y, x)[0] is t`, `id(y)`, `y.storage_offset()`, and `a is b` in a
+    # function of the module y is passed to (as far as three calls down): a merged y is
+    # a new tensor, never the one the branch gave.
     plain, rewritten = load_both(ALIASED_AND_UPDATED)
     for sign in (1.0, -1.0):
         x = sign * torch.arange(1.0, 5.0)

@@ -60,7 +60,17 @@ _CONDITIONS = (
     "{c} in x",
     "x.sum() is not None and (x == {c}).all()",
 )
-_EXPRESSIONS = ("x * 2", "x + 1", "torch.tanh(x)", "x.abs()", "x - x.mean()", "-x", "x / 2", "x * t", "x + self.buf")
+_EXPRESSIONS = (
+    "x * 2",
+    "x + 1",
+    "torch.tanh(x)",
+    "x.abs()",
+    "x - x.mean()",
+    "-x",
+    "x / 2",
+    "x * t",
+    "x + self.buf",
+)
 #: Arms that ``torch.where`` cannot merge with a float32 ``(n, 4)`` tensor.
 _UNMERGEABLE = ("x.double()", "x[:1]", "torch.cat([x, x])", "x.sum(0, keepdim=True)")
 _IN_PLACE = ("x[0] = 0", "x.add_(1)", "x[:, 0] = t")

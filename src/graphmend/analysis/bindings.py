@@ -9,9 +9,13 @@ usual definite-assignment one, conservative about loops and ``try``.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from graphmend.analysis.walking import walk
+
+if TYPE_CHECKING:
+    from graphmend.analysis.callees import Callees
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -165,13 +169,68 @@ def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bo
     return _used_after(function, site, name, _updates_in_place)
 
 
-def identity_used_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
+def identity_used_after(
+    function: FunctionNode,
+    site: ast.stmt,
+    name: str,
+    callees: Callees | None = None,
+    enclosing: Sequence[ast.AST] = (),
+) -> bool:
     """Whether the identity of the object ``name`` holds may be used after ``site``: an
     operand of ``is`` or ``is not`` (except against a constant, as ``y is None``; an
     item or a call's result may be it, :func:`_may_hold`), an argument of ``id()``, or
     its memory read (``y.data_ptr()``, ``y._base``), directly or through a name bound
-    later to it or a view of it (:func:`_views_after`)."""
-    return _used_after(function, site, name, _uses_identity)
+    later to it or a view of it (:func:`_views_after`); also, given the module's
+    ``callees`` and the functions ``enclosing`` ``function``, inside a function of the
+    module it is passed to (:func:`_used_by_callee`)."""
+
+    def uses(node: ast.AST, views: frozenset[str]) -> bool:
+        if _uses_identity(node, views):
+            return True
+        return callees is not None and _used_by_callee(node, views, callees, enclosing)
+
+    return _used_after(function, site, name, uses)
+
+
+#: How deep :func:`_used_by_callee` follows calls from the function with the site.
+_CALL_DEPTH = 3
+
+
+def _used_by_callee(
+    node: ast.AST,
+    views: frozenset[str],
+    callees: Callees,
+    enclosing: Sequence[ast.AST],
+    depth: int = _CALL_DEPTH,
+) -> bool:
+    """Whether ``node`` calls a function of the module (:class:`Callees`) with one of
+    ``views`` as an argument whose parameter's identity that function uses, as
+    :func:`identity_used_after` sees it, following its calls too, ``depth`` deep.  A
+    parameter that cannot be matched to the argument counts as used."""
+    if depth == 0 or not isinstance(node, ast.Call):
+        return False
+    given = [
+        argument
+        for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
+        if _is_any(argument.value if isinstance(argument, ast.Starred) else argument, views)
+    ]
+    callee = callees.reached(node, enclosing) if given else None
+    if callee is None:
+        return False
+    for argument in given:
+        parameter = callee.receiving(node, argument)
+        if parameter is None:
+            return True
+        body = callee.function.body
+        inner = _views_after(body, parameter)
+        if any(
+            _uses_identity(each, inner)
+            or _used_by_callee(each, inner, callees, callee.enclosing, depth - 1)
+            for statement in body
+            for each in walk(statement)
+        ):
+            return True
+    return False
 
 
 def _used_after(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from graphmend.analysis.bindings import bound_before, names_read
+from graphmend.analysis.callees import Callees
 from graphmend.analysis.purity import may_hold_tensor_data, qualified_name, tensor_valued_names
 from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.analysis.walking import walk
@@ -195,6 +196,14 @@ class ModuleContext:
     _counter: int = 0
     _tensor_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
     _text_lines: list[str] = field(default_factory=list)
+    _callees: Callees | None = None
+
+    @property
+    def callees(self) -> Callees:
+        """The module's functions that its calls run (computed once)."""
+        if self._callees is None:
+            self._callees = Callees(self.scopes)
+        return self._callees
 
     def tensor_names(self, function: ast.AST, functions: tuple[ast.AST, ...]) -> frozenset[str]:
         """Locals of ``function`` computed from tensor operations (computed once)."""

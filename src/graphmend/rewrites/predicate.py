@@ -240,7 +240,7 @@ class _Site:
                 assigned_on_every_path(self.else_arm)
             )
             if (everywhere or name in self.bound) and not self.nested:
-                _check_not_told_apart_after(function, self.statement, name, "the if")
+                _check_not_told_apart_after(self.rewriter, self.statement, name, "the if")
             if everywhere or name in self.bound:
                 outputs.append(name)
             elif self.nested or live_after(function, self.statement, name):
@@ -560,23 +560,27 @@ class _ConditionalExpressions(ast.NodeTransformer):
         targets = statement.targets if isinstance(statement, ast.Assign) else []
         if isinstance(statement, ast.AnnAssign):
             targets = [statement.target]
-        function = self.rewriter.enclosing.functions[-1]
-        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
         for name in sorted(frozenset().union(*(stored_names(t) for t in targets))):
-            _check_not_told_apart_after(function, statement, name, "the conditional expression")
+            _check_not_told_apart_after(
+                self.rewriter, statement, name, "the conditional expression"
+            )
 
 
 def _check_not_told_apart_after(
-    function: ast.FunctionDef | ast.AsyncFunctionDef, site: ast.stmt, name: str, what: str
+    rewriter: PredicateRewrite, site: ast.stmt, name: str, what: str
 ) -> None:
     """Decline when code after ``site`` could tell a merged ``name`` (a new tensor) from
-    the object the original binds there: by updating it in place, or by its identity."""
+    the object the original binds there: by updating it in place, or by its identity
+    (there, or in a function of the module it is passed to)."""
+    functions = rewriter.enclosing.functions
+    function = functions[-1]
+    assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
     if used_in_place_after(function, site, name):
         raise Decline(
             f"{name} is updated in place after {what}; a merged value is a new tensor, so "
             "the update would no longer reach the object it held"
         )
-    if identity_used_after(function, site, name):
+    if identity_used_after(function, site, name, rewriter.module.callees, functions):
         raise Decline(
             f"{name}'s identity is used after {what} (is, id(), data_ptr()); a merged "
             "value is a new tensor, not the object the original holds"
