@@ -235,6 +235,29 @@ def test_a_site_that_keeps_its_break_adds_nothing_to_the_graphs(load_both):
     assert (compiled.graphs, compiled.operations) == (expected.graphs, expected.operations)
 
 
+@pytest.mark.parametrize("mask", [None, torch.ones(4)])
+def test_a_path_without_operations_makes_no_graph(load_both, mask):
+    # TorchDynamo compiles a frame that asks whether it is compiling even when it traced
+    # no operation (an empty graph); plain compile runs such a frame eagerly.  A site's
+    # check asked it: one graph more than plain on a path that returns its argument.
+    plain, rewritten = load_both("""
+        import torch
+
+        def step(x, mask):
+            if mask is not None and torch.any(~mask.bool()):
+                mask = mask.bool()
+            else:
+                mask = None
+            if mask is None:
+                return x
+            return x.masked_fill(~mask, 0.0)
+        """)
+    expected = compile_and_run(plain.step, NEGATIVE, mask)
+    compiled = compile_and_run(rewritten.step, NEGATIVE, mask)
+    assert compiled.result is NEGATIVE and expected.result is NEGATIVE
+    assert (compiled.graphs, compiled.operations) == (expected.graphs, expected.operations)
+
+
 def test_a_branch_that_reduces_a_tensor_that_is_not_empty_is_still_merged(load_both):
     plain, rewritten = load_both("""
         import torch

@@ -151,7 +151,8 @@ def _claimed(body: str) -> bool:
     outputs = [body.find(call) for call in _OUTPUT_CALLS if call in body]
     guards = [body.rfind(guard) for guard in _GUARDS if guard in body]
     output_before_a_guard = bool(outputs and guards) and min(outputs) < max(guards)
-    return not output_before_a_guard and not ("self.lin" in body and "> t" in body)
+    reads_t = "> t" in body or "* t" in body
+    return not output_before_a_guard and not ("self.lin" in body and reads_t)
 
 
 @PROPERTY

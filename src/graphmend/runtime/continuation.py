@@ -36,6 +36,7 @@ from graphmend.runtime.attempts import (
 )
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
+from graphmend.runtime.tracing import tracing
 
 
 def continuation(
@@ -51,7 +52,7 @@ def continuation(
     branch and the rest of the enclosing function, and returns ``(its result,)``;
     ``layout_matters``: their code may update a tensor in place or read its layout
     (strides, contiguity), which a dense copy of an argument would change."""
-    if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
+    if not tracing() or not is_scalar_tensor(condition):
         return None
     if without_data(condition):
         return None

@@ -36,6 +36,7 @@ import torch
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.formatting import assume_constant_result, format_now, known_while_tracing
+from graphmend.runtime.tracing import dynamo_traces
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -59,7 +60,7 @@ def capture(value: Any, carried: bool = True) -> tuple[Any, ...]:
     true as well (``torch.export``'s non-strict mode runs the code in Python),
     nothing defers the call: it is made at once, with ``value`` as it is.
     """
-    if not carried or not torch.compiler.is_dynamo_compiling():
+    if not carried or not dynamo_traces():
         return ("opaque", (value,))
     if type(value) is torch.nn.Parameter:
         # copied like any tensor (a later in-place update must not show), and made a
@@ -239,18 +240,7 @@ def _register_with_dynamo(function: Callable[..., None]) -> None:
     from torch._dynamo import config
 
     config.reorderable_logging_functions.add(function)
-    never_compiled(function)
-
-
-def never_compiled(function: Callable[..., Any]) -> None:
-    """Called after the graph from compiled code, a function's own frame would be handed
-    to TorchDynamo to compile (and fail on the call it makes, or on ``int()`` of a
-    carried number: torch 2.5 compiles it with the graph's ``fullgraph``)."""
-    from torch._dynamo import eval_frame
-
-    skip_code = getattr(eval_frame, "skip_code", None)
-    if skip_code is not None:
-        skip_code(function.__code__)
+    dynamo_support.never_compiled(function)
 
 
 def _enable(_dynamo: object = None) -> None:
@@ -269,7 +259,7 @@ def _enable(_dynamo: object = None) -> None:
         formatting.convert,
     )
     for helper in (rebuild, _rebuild_one, render, *called):
-        never_compiled(helper)
+        dynamo_support.never_compiled(helper)
     for function in _deferred_functions:
         _register_with_dynamo(function)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -93,3 +94,14 @@ class _RefusedCalls(list):  # type: ignore[type-arg]
             "GraphMend: an output call in the body of a higher-order operator "
             "(torch.cond, checkpoint) runs where it stands"
         )
+
+
+def never_compiled(function: Callable[..., Any]) -> None:
+    """Called after the graph from compiled code, a function's own frame would be handed
+    to TorchDynamo to compile (and fail on the call it makes, or on ``int()`` of a
+    carried number: torch 2.5 compiles it with the graph's ``fullgraph``)."""
+    from torch._dynamo import eval_frame
+
+    skip_code = getattr(eval_frame, "skip_code", None)
+    if skip_code is not None:
+        skip_code(function.__code__)

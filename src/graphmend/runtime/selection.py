@@ -41,6 +41,7 @@ from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import IMMUTABLE_TYPES
+from graphmend.runtime.tracing import tracing
 
 _PURE_MODULES: tuple[type[nn.Module], ...] = tuple(
     module
@@ -135,7 +136,7 @@ def branch(
     place, and not returned.  A branch gives ``None`` when an ``if`` nested in
     it cannot be merged, or when it cannot be traced.
     """
-    if not torch.compiler.is_compiling() or not is_scalar_tensor(condition):
+    if not tracing() or not is_scalar_tensor(condition):
         return None
     if without_data(condition):
         return None
