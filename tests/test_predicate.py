@@ -307,7 +307,10 @@ def test_pattern_compiles_to_one_graph_bit_identical(patterns, name, index):
     with grad:
         expected = function(*eager_args)
         compiled = compile_and_run(function, *compiled_args, fullgraph=True)
-    assert (compiled.graphs, compiled.breaks) == (1, 0)
+    # A path without operations (number_in_list over a tuple without 0) makes no graph
+    # on torch 2.5, which skips an empty frame under fullgraph=True too, as plain does.
+    expected_graphs = (0, 1) if compiled.operations == 0 else (1,)
+    assert compiled.graphs in expected_graphs and compiled.breaks == 0
     assert bitwise_equal(compiled.result, expected)
     # Inputs updated in place are updated alike.
     for eager_arg, compiled_arg in zip(eager_args, compiled_args, strict=True):
