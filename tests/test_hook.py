@@ -13,8 +13,9 @@ import pickle
 import sys
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 
 import pytest
 import torch
@@ -406,6 +407,57 @@ def test_a_module_without_torch_is_rewritten_for_the_torch_code_that_calls_it(
     assert compiled.graphs == 1
     assert torch.equal(compiled.result, torch.full((2,), 2.0))
     assert [record.getMessage() for record in caplog.records] == ["use_return_dict is deprecated"]
+
+
+DEFERRED_AT_MODULE_LEVEL = '''
+"""A module whose output calls are deferred: their functions are defined at import."""
+import logging
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def step(x):
+    print("step", x.shape)
+    logger.warning("step")
+    return x + 1
+'''
+
+
+def _lines_run(import_module: Callable[[], object], name: str) -> list[int]:
+    """The lines of ``name``'s file that the tracer (coverage.py, pdb) sees run while
+    ``import_module`` runs, in order."""
+    lines: list[int] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> object:
+        if frame.f_code.co_filename.endswith(f"{name}.py"):
+            if event == "line":
+                lines.append(frame.f_lineno)
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        import_module()
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+@pytest.mark.parametrize("source", [DEFERRED_AT_MODULE_LEVEL, WITHOUT_TORCH])
+def test_importing_a_rewritten_module_runs_only_the_lines_python_runs(
+    write_module, cache_dir, source
+):
+    # The generated definitions lay on the lines of the calls they defer: coverage.py
+    # counted those lines run by the import, and pdb stepped onto them.
+    plain = write_module(source)
+    expected = _lines_run(lambda: importlib.import_module(plain), plain)
+    name = write_module(source)
+    _install(name, cache_dir=cache_dir)
+    assert set(_lines_run(lambda: importlib.import_module(name), name)) == set(expected)
+    if source is DEFERRED_AT_MODULE_LEVEL:  # ordered too where the module imports torch
+        del sys.modules[name]
+        assert _lines_run(lambda: importlib.import_module(name), name) == expected
 
 
 LATE_TORCH = """

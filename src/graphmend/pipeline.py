@@ -259,8 +259,8 @@ def _insert_prelude(
     for statement in prelude:
         mark_generated(locate(statement, after))
     index = torch_import.block.index(after) + 1
-    torch_import.block[index:index] = prelude + generated
-    _insert_top(tree, [], after)
+    torch_import.block[index:index] = prelude + _defined_at(generated, after)
+    _insert_top(tree, [])
 
 
 def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
@@ -273,7 +273,7 @@ def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
     :func:`graphmend.post_import.when_imported` calls it once torch is imported.
     """
     names = [RUNTIME, TRACING, *(statement.name for statement in generated)]  # type: ignore[attr-defined]
-    body = [ast.Global(names=names), *_bind_runtime(), *generated]
+    body = [ast.Global(names=names), *_bind_runtime(), *_defined_at(generated, _top(tree))]
     bind = make_function(f"{PREFIX}bind", ["torch_module"], body, [])
     post_import = f"{PREFIX}post_import"
     when_imported = ast.Attribute(value=load(post_import), attr="when_imported", ctx=ast.Load())
@@ -283,7 +283,7 @@ def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
             ast.Call(func=when_imported, args=[ast.Constant("torch"), load(bind.name)], keywords=[])
         ),
     ]
-    _insert_top(tree, [bind, *schedule], tree.body[0])
+    _insert_top(tree, [bind, *schedule])
 
 
 def _bind_runtime() -> list[ast.stmt]:
@@ -297,18 +297,48 @@ def _bind_runtime() -> list[ast.stmt]:
     ]
 
 
-def _insert_top(tree: ast.Module, after_top: list[ast.stmt], where: ast.AST) -> None:
+def _insert_top(tree: ast.Module, after_top: list[ast.stmt]) -> None:
     """Before anything else: the tracing check bound to ``bool`` and ``__dir__``, then
-    ``after_top``."""
+    ``after_top``, all on the line of the statement they precede, which runs next: a
+    tracer (coverage.py, pdb) sees the lines run that Python runs, in the same order."""
+    where = _top(tree)
     top = [
         ast.Assign(targets=[store(TRACING)], value=load("bool")),
-        *ast.parse(_DIR).body,
+        *_unlocated(ast.parse(_DIR).body),
         *after_top,
     ]
     for statement in top:
         mark_generated(locate(statement, where))
     index = _after_future_imports(tree)
     tree.body[index:index] = top
+
+
+def _top(tree: ast.Module) -> ast.stmt:
+    """The module's first statement after its docstring and ``__future__`` imports."""
+    return tree.body[min(_after_future_imports(tree), len(tree.body) - 1)]
+
+
+def _unlocated(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """``statements`` without source locations (parsed from GraphMend's text, whose
+    lines are not the module's), for :func:`locate` to give them one."""
+    for node in (node for statement in statements for node in ast.walk(statement)):
+        for attribute in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+            if hasattr(node, attribute):
+                delattr(node, attribute)
+    return statements
+
+
+def _defined_at(definitions: list[ast.stmt], anchor: ast.stmt) -> list[ast.stmt]:
+    """Generated functions defined on ``anchor``'s line, their bodies left on the lines
+    of the code they run: on those lines, the definitions made a tracer (coverage.py,
+    pdb) see code run at import that Python runs only when the function does."""
+    for definition in definitions:
+        decorators = getattr(definition, "decorator_list", [])
+        for node in (definition, *(node for each in decorators for node in ast.walk(each))):
+            if "lineno" in node._attributes:
+                node.lineno = node.end_lineno = anchor.lineno
+                node.col_offset = node.end_col_offset = anchor.col_offset
+    return definitions
 
 
 # ``dir(module)`` as without GraphMend (PEP 562).  It reads its own globals, so it needs
