@@ -10,6 +10,7 @@ import importlib.util
 import inspect
 import os
 import pickle
+import py_compile
 import sys
 import traceback
 import warnings
@@ -25,7 +26,7 @@ from graphmend import pipeline
 from graphmend.config import Config
 from graphmend.importer import GraphMendFinder, GraphMendLoader
 from graphmend.notices import GraphMendWarning
-from graphmend.rewriter import Status
+from graphmend.rewriter import ModuleRewriter, Status
 
 MODULE = """
 import torch
@@ -264,6 +265,50 @@ def test_a_compiler_warning_is_issued_once_as_python_issues_it(write_module, cac
     )
     assert "_@gm_rt" in vars(sys.modules[claimed])
     assert capsys.readouterr().err == ""
+
+
+def _warnings_of_each_import(name: str, times: int) -> list[int]:
+    """How many warnings each of ``times`` fresh imports of ``name`` issues."""
+    counts = []
+    for _ in range(times):
+        sys.modules.pop(name, None)
+        counts.append(len(_compiler_warnings(name)))
+    return counts
+
+
+@pytest.mark.parametrize("pyc", ["never written", "valid"])
+def test_compiler_warnings_are_issued_when_python_compiles_the_source(
+    write_module, cache_dir, monkeypatch, pyc
+):
+    # Python issues them when it compiles the source: on every import where it writes
+    # no .pyc (PYTHONDONTWRITEBYTECODE, a read-only __pycache__), never where a valid
+    # .pyc exists (pip compiles one at install). GraphMend issued them on a cold
+    # import only, whatever the .pyc: once where Python warns every time, and where
+    # Python is silent.
+    monkeypatch.setattr(sys, "dont_write_bytecode", pyc == "never written")
+    plain = write_module(COMPILER_WARNING)
+    claimed = write_module(COMPILER_WARNING)
+    if pyc == "valid":
+        for name in (plain, claimed):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                py_compile.compile(importlib.util.find_spec(name).origin, doraise=True)
+    expected = _warnings_of_each_import(plain, 2)
+    assert expected == ([1, 1] if pyc == "never written" else [0, 0])
+    _install(claimed, cache_dir=cache_dir)
+    assert _warnings_of_each_import(claimed, 2) == expected  # cold, then from the cache
+    assert isinstance(sys.modules[claimed].__loader__, GraphMendLoader)
+    assert "_@gm_rt" in vars(sys.modules[claimed])
+
+
+def test_a_cold_rewrite_reports_its_time(write_module, cache_dir):
+    # GRAPHMEND_LOG=debug: "rewritten (...) in 12.3 ms"
+    name = write_module(COMPILER_WARNING)
+    path = importlib.util.find_spec(name).origin
+    rewriter = ModuleRewriter(Config(packages=(name,), cache_dir=cache_dir))
+    outcome = rewriter.build(name, path, Path(path).read_bytes())
+    assert (outcome.status, outcome.reason, outcome.warns) == (Status.REWRITTEN, "", True)
+    assert outcome.seconds > 0
 
 
 def _nudge() -> None:

@@ -56,11 +56,17 @@ def parse(source: bytes | str, filename: str, *, quiet: bool = False) -> ast.Mod
     ``quiet``: without the parser's warnings (the caller's compile issued them).
     """
     if quiet:
-        with _warnings_held(filename):
-            return parse(source, filename)
+        return parse_quietly(source, filename)[0]
     tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     assert isinstance(tree, ast.Module)
     return tree
+
+
+def parse_quietly(source: bytes | str, filename: str) -> tuple[ast.Module, bool]:
+    """:func:`parse` without the parser's warnings; and whether it issued any."""
+    with _warnings_held(filename) as held:
+        tree = parse(source, filename)
+    return tree, bool(held)
 
 
 def rewrite(
@@ -128,35 +134,25 @@ def _text(source: bytes | str) -> str:
     return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
-class CompilerWarningError(Exception):
-    """The compiler warns about the original code and the warning filters make it an
-    error: Python's own loader raises the ``SyntaxError``."""
+def compile_module(tree: ast.Module, filename: str) -> CodeType:
+    """Compile a (rewritten) module tree with the interpreter's optimisation level,
+    without the compiler's warnings (see :func:`compile_noting_warnings`)."""
+    return compile_noting_warnings(tree, filename)[0]
 
 
-def compile_module(tree: ast.Module, filename: str, source: bytes | str | None = None) -> CodeType:
-    """Compile a (rewritten) module tree with the interpreter's optimisation level.
+def compile_noting_warnings(tree: ast.Module, filename: str) -> tuple[CodeType, bool]:
+    """Compile a (rewritten) module tree with the interpreter's optimisation level;
+    and whether the compiler warned.
 
     The compiler's own warnings (``"is" with a literal``, ``assertion is always
     true``) concern the original code, which the rewrites copy into generated
     functions: compiling the copies would issue each once per copy.  The tree is
-    compiled without them; when there were some and ``source`` is given, the
-    original is compiled once more to issue them as Python's own import does
-    (:class:`CompilerWarningError` where the filters make one an error).
+    compiled without them; the caller has Python compile the original when Python
+    would (no valid ``.pyc``), which issues them as Python's own import does.
     """
     with _warnings_held(filename) as held:
         code = compile(tree, filename, "exec", dont_inherit=True)
-    if held and source is not None:
-        _compile_original(source, filename)
-    return code
-
-
-def _compile_original(source: bytes | str, filename: str) -> None:
-    """Compile ``source`` for the compiler's warnings alone (``parse`` issued the parser's)."""
-    tree = parse(source, filename, quiet=True)
-    try:
-        compile(tree, filename, "exec", dont_inherit=True)
-    except (SyntaxError, Warning) as error:  # SyntaxError: a SyntaxWarning made an error
-        raise CompilerWarningError(str(error)) from error
+    return code, bool(held)
 
 
 _warnings_swapped = threading.Lock()

@@ -122,9 +122,7 @@ def _run_source(
         # its warnings, and a syntax error reported as the interpreter reports it.
         plain = _script_code(program.filename, program.source, program.compiled)
         code = (
-            rewriter.code_for(program.name, program.filename, program.source, compiled=True)
-            if rewriter
-            else None
+            rewriter.code_for(program.name, program.filename, program.source) if rewriter else None
         )
         exec(code or plain, main.__dict__)
 
