@@ -10,11 +10,13 @@ import importlib.util
 import inspect
 import os
 import pickle
+import py_compile
 import sys
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 
 import pytest
 import torch
@@ -24,7 +26,7 @@ from graphmend import pipeline
 from graphmend.config import Config
 from graphmend.importer import GraphMendFinder, GraphMendLoader
 from graphmend.notices import GraphMendWarning
-from graphmend.rewriter import Status
+from graphmend.rewriter import ModuleRewriter, Status
 
 MODULE = """
 import torch
@@ -265,6 +267,50 @@ def test_a_compiler_warning_is_issued_once_as_python_issues_it(write_module, cac
     assert capsys.readouterr().err == ""
 
 
+def _warnings_of_each_import(name: str, times: int) -> list[int]:
+    """How many warnings each of ``times`` fresh imports of ``name`` issues."""
+    counts = []
+    for _ in range(times):
+        sys.modules.pop(name, None)
+        counts.append(len(_compiler_warnings(name)))
+    return counts
+
+
+@pytest.mark.parametrize("pyc", ["never written", "valid"])
+def test_compiler_warnings_are_issued_when_python_compiles_the_source(
+    write_module, cache_dir, monkeypatch, pyc
+):
+    # Python issues them when it compiles the source: on every import where it writes
+    # no .pyc (PYTHONDONTWRITEBYTECODE, a read-only __pycache__), never where a valid
+    # .pyc exists (pip compiles one at install). GraphMend issued them on a cold
+    # import only, whatever the .pyc: once where Python warns every time, and where
+    # Python is silent.
+    monkeypatch.setattr(sys, "dont_write_bytecode", pyc == "never written")
+    plain = write_module(COMPILER_WARNING)
+    claimed = write_module(COMPILER_WARNING)
+    if pyc == "valid":
+        for name in (plain, claimed):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                py_compile.compile(importlib.util.find_spec(name).origin, doraise=True)
+    expected = _warnings_of_each_import(plain, 2)
+    assert expected == ([1, 1] if pyc == "never written" else [0, 0])
+    _install(claimed, cache_dir=cache_dir)
+    assert _warnings_of_each_import(claimed, 2) == expected  # cold, then from the cache
+    assert isinstance(sys.modules[claimed].__loader__, GraphMendLoader)
+    assert "_@gm_rt" in vars(sys.modules[claimed])
+
+
+def test_a_cold_rewrite_reports_its_time(write_module, cache_dir):
+    # GRAPHMEND_LOG=debug: "rewritten (...) in 12.3 ms"
+    name = write_module(COMPILER_WARNING)
+    path = importlib.util.find_spec(name).origin
+    rewriter = ModuleRewriter(Config(packages=(name,), cache_dir=cache_dir))
+    outcome = rewriter.build(name, path, Path(path).read_bytes())
+    assert (outcome.status, outcome.reason, outcome.warns) == (Status.REWRITTEN, "", True)
+    assert outcome.seconds > 0
+
+
 def _nudge() -> None:
     warnings.warn("shown once", UserWarning, stacklevel=1)
 
@@ -406,6 +452,57 @@ def test_a_module_without_torch_is_rewritten_for_the_torch_code_that_calls_it(
     assert compiled.graphs == 1
     assert torch.equal(compiled.result, torch.full((2,), 2.0))
     assert [record.getMessage() for record in caplog.records] == ["use_return_dict is deprecated"]
+
+
+DEFERRED_AT_MODULE_LEVEL = '''
+"""A module whose output calls are deferred: their functions are defined at import."""
+import logging
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def step(x):
+    print("step", x.shape)
+    logger.warning("step")
+    return x + 1
+'''
+
+
+def _lines_run(import_module: Callable[[], object], name: str) -> list[int]:
+    """The lines of ``name``'s file that the tracer (coverage.py, pdb) sees run while
+    ``import_module`` runs, in order."""
+    lines: list[int] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> object:
+        if frame.f_code.co_filename.endswith(f"{name}.py"):
+            if event == "line":
+                lines.append(frame.f_lineno)
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        import_module()
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+@pytest.mark.parametrize("source", [DEFERRED_AT_MODULE_LEVEL, WITHOUT_TORCH])
+def test_importing_a_rewritten_module_runs_only_the_lines_python_runs(
+    write_module, cache_dir, source
+):
+    # The generated definitions lay on the lines of the calls they defer: coverage.py
+    # counted those lines run by the import, and pdb stepped onto them.
+    plain = write_module(source)
+    expected = _lines_run(lambda: importlib.import_module(plain), plain)
+    name = write_module(source)
+    _install(name, cache_dir=cache_dir)
+    assert set(_lines_run(lambda: importlib.import_module(name), name)) == set(expected)
+    if source is DEFERRED_AT_MODULE_LEVEL:  # ordered too where the module imports torch
+        del sys.modules[name]
+        assert _lines_run(lambda: importlib.import_module(name), name) == expected
 
 
 LATE_TORCH = """

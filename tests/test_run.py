@@ -89,6 +89,29 @@ def test_a_program_from_standard_input_sees_what_python_dash_gives_it(project):
     assert _lines(mended)[5:] == ["shout tensor([1.])", "tensor([2.])"]
 
 
+COMMAND = """
+import sys, torch
+print(sys.argv, repr(sys.path[0]), dir(sys.modules["__main__"]), __name__, __spec__)
+print(__loader__)
+def shout(x):
+    print("shout", x)
+    return x * 2
+print(torch.compile(shout, backend="eager", fullgraph=True)(torch.ones(1)))
+"""
+
+
+def test_a_command_sees_what_python_dash_c_gives_it(project):
+    plain = run_python("-c", COMMAND, "a", "-p", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "-c", COMMAND, "a", "-p", cwd=project)
+    assert plain.returncode == 1 and "Unsupported" in plain.stderr  # print breaks
+    assert mended.returncode == 0, mended.stderr
+    assert _lines(plain)[:2] == _lines(mended)[:2]
+    assert _lines(mended)[2:] == ["shout tensor([1.])", "tensor([2.])"]
+    failing = run_python("-m", "graphmend", "run", "-c", "1/0", cwd=project)
+    assert failing.returncode == 1
+    assert failing.stderr == run_python("-c", "1/0", cwd=project).stderr
+
+
 def test_a_double_dash_ends_the_options(project):
     (project / "-dash.py").write_text(IDENTITY)
     plain = run_python("--", "-dash.py", "-p", "0", cwd=project)

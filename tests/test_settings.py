@@ -439,3 +439,11 @@ def test_no_home_directory_never_keeps_the_hook_out(homeless, monkeypatch, tmp_p
     monkeypatch.setenv("GRAPHMEND_CACHE_DIR", "~/cache")
     with pytest.raises(ConfigError, match=r"GRAPHMEND_CACHE_DIR='~/cache': '~' cannot be expanded"):
         Config.from_env()
+
+
+def test_a_cache_dir_argument_without_a_home_is_a_config_error(homeless):
+    # It was the RuntimeError of Path.expanduser, where the same value in
+    # GRAPHMEND_CACHE_DIR is a ConfigError that names it.
+    with pytest.raises(ConfigError, match=r"cache_dir='~/cache': '~' cannot be expanded"):
+        graphmend.install(["mypkg"], cache_dir="~/cache")
+    assert graphmend.activation.current() is None

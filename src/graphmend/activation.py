@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
-from graphmend.config import Config
+from graphmend.config import Config, ConfigError, expand_home
 from graphmend.importer import (
     GraphMendFinder,
     GraphMendLoader,
@@ -81,7 +81,11 @@ def install(
             packages = [packages]
         config = config.with_packages(packages)
     if cache_dir is not None:
-        config = replace(config, cache_dir=Path(cache_dir).expanduser())
+        try:
+            expanded = expand_home(Path(cache_dir))
+        except ConfigError as error:
+            raise ConfigError(f"cache_dir={str(cache_dir)!r}: {error}") from None
+        config = replace(config, cache_dir=expanded)
     return install_config(config, stacklevel=3)
 
 

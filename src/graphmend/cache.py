@@ -73,10 +73,12 @@ _RULE = (
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """Code read back from the cache, with the summary stored beside it."""
+    """Code read back from the cache, with what was stored beside it: the summary, and
+    whether compiling the original source issues warnings."""
 
     code: CodeType
     summary: dict[str, dict[str, int]]
+    warns: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ class BytecodeCache:
             return None
         if not isinstance(code, CodeType) or not isinstance(meta, dict):
             return None
-        return CacheEntry(code, meta.get("summary", {}))
+        return CacheEntry(code, meta.get("summary", {}), meta.get("warns") is True)
 
     def store(
         self,
@@ -195,12 +197,14 @@ class BytecodeCache:
         key: bytes,
         code: CodeType,
         summary: dict[str, dict[str, int]],
+        *,
+        warns: bool = False,
     ) -> bool:
         """Write an entry atomically; False when the directory cannot be written.
 
         The entry gets the read bits of the file ``code`` was compiled from.
         """
-        meta = json.dumps({"summary": summary}).encode()
+        meta = json.dumps({"summary": summary, "warns": warns}).encode()
         payload = meta + marshal.dumps(code)
         header = _HEADER.pack(_MAGIC, key, _checksum(payload), len(meta))
         target = self.path_for(module_name, key)

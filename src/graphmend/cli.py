@@ -15,11 +15,12 @@ from graphmend.discovery import DiscoveryError, discover
 from graphmend.import_closure import imported_modules
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter, Status
-from graphmend.runner import ScriptError, run_module, run_path
+from graphmend.runner import ScriptError, run_command, run_module, run_path
 
 _RUN_USAGE = """\
 usage: {prog} run [-p PATTERN]... [--] script.py [args...]
        {prog} run [-p PATTERN]... -m module [args...]
+       {prog} run [-p PATTERN]... -c command [args...]
        {prog} run [-p PATTERN]... - [args...]      (the program from standard input)
 
 Run a script or module as plain python would, with the import hook installed.
@@ -217,16 +218,17 @@ def _explain_or_diff(options: argparse.Namespace) -> int:
 
 
 def _run(arguments: list[str], prog: str) -> int:
-    options = _leading_options(arguments, "run", prog, flags=("-m",))
+    options = _leading_options(arguments, "run", prog, flags=("-m", "-c"))
     if options is None:
         print(_RUN_USAGE.format(prog=prog), end="")
         return 0
     extra, flags, rest = options
-    if "-m" in flags:
-        if not rest:
-            raise UsageError("-m needs a module name")
-        run_module(rest[0], rest[1:], _run_config(extra))
-        return 0
+    for flag, run, needs in (("-m", run_module, "a module name"), ("-c", run_command, "a command")):
+        if flag in flags:
+            if not rest:
+                raise UsageError(f"{flag} needs {needs}")
+            run(rest[0], rest[1:], _run_config(extra))
+            return 0
     if not rest:
         raise UsageError(f"run needs a script or -m module (see '{prog} run -h')")
     run_path(rest[0], rest[1:], _run_config(extra))
@@ -258,7 +260,7 @@ def _leading_options(
     arguments: list[str], command: str, prog: str, *, flags: tuple[str, ...]
 ) -> tuple[list[str], set[str], list[str]] | None:
     """The ``-p PATTERN`` options and ``flags`` before the script, and what follows
-    (from ``-m``'s module on, when ``-m`` is a flag); ``None`` for ``-h``."""
+    (from ``-m``'s module or ``-c``'s command on, when a flag); ``None`` for ``-h``."""
     extra: list[str] = []
     seen: set[str] = set()
     index = 0
@@ -283,7 +285,7 @@ def _leading_options(
         elif argument in flags:
             seen.add(argument)
             index += 1
-            if argument == "-m":
+            if argument in ("-m", "-c"):
                 break
         elif argument.startswith("-") and argument != "-":  # "-": standard input
             raise UsageError(f"unknown option {argument!r} (see '{prog} {command} -h')")

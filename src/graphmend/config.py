@@ -160,7 +160,11 @@ def _packages(value: str) -> tuple[str, ...]:
 def _cache_dir(value: str) -> Path | None:
     if not value.strip():
         return None
-    path = Path(value.strip())
+    return expand_home(Path(value.strip()))
+
+
+def expand_home(path: Path) -> Path:
+    """``path`` with ``~`` or ``~user`` expanded; ConfigError when there is no such home."""
     try:
         return path.expanduser()
     except (RuntimeError, KeyError):  # KeyError: Python 3.10

@@ -44,7 +44,12 @@ class GraphMendLoader(importlib.machinery.SourceFileLoader):
             source = self.get_data(path)
         except OSError:
             return super().get_code(fullname)  # type: ignore[return-value]
-        code = self._rewriter.code_for(fullname, path, source)
+        code = self._rewriter.code_for(
+            fullname,
+            path,
+            source,
+            compile_as_python=lambda: super(GraphMendLoader, self).get_code(fullname),
+        )
         if code is None:
             return super().get_code(fullname)  # type: ignore[return-value]
         return code

@@ -56,11 +56,17 @@ def parse(source: bytes | str, filename: str, *, quiet: bool = False) -> ast.Mod
     ``quiet``: without the parser's warnings (the caller's compile issued them).
     """
     if quiet:
-        with _warnings_held(filename):
-            return parse(source, filename)
+        return parse_quietly(source, filename)[0]
     tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     assert isinstance(tree, ast.Module)
     return tree
+
+
+def parse_quietly(source: bytes | str, filename: str) -> tuple[ast.Module, bool]:
+    """:func:`parse` without the parser's warnings; and whether it issued any."""
+    with _warnings_held(filename) as held:
+        tree = parse(source, filename)
+    return tree, bool(held)
 
 
 def rewrite(
@@ -128,35 +134,25 @@ def _text(source: bytes | str) -> str:
     return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
-class CompilerWarningError(Exception):
-    """The compiler warns about the original code and the warning filters make it an
-    error: Python's own loader raises the ``SyntaxError``."""
+def compile_module(tree: ast.Module, filename: str) -> CodeType:
+    """Compile a (rewritten) module tree with the interpreter's optimisation level,
+    without the compiler's warnings (see :func:`compile_noting_warnings`)."""
+    return compile_noting_warnings(tree, filename)[0]
 
 
-def compile_module(tree: ast.Module, filename: str, source: bytes | str | None = None) -> CodeType:
-    """Compile a (rewritten) module tree with the interpreter's optimisation level.
+def compile_noting_warnings(tree: ast.Module, filename: str) -> tuple[CodeType, bool]:
+    """Compile a (rewritten) module tree with the interpreter's optimisation level;
+    and whether the compiler warned.
 
     The compiler's own warnings (``"is" with a literal``, ``assertion is always
     true``) concern the original code, which the rewrites copy into generated
     functions: compiling the copies would issue each once per copy.  The tree is
-    compiled without them; when there were some and ``source`` is given, the
-    original is compiled once more to issue them as Python's own import does
-    (:class:`CompilerWarningError` where the filters make one an error).
+    compiled without them; the caller has Python compile the original when Python
+    would (no valid ``.pyc``), which issues them as Python's own import does.
     """
     with _warnings_held(filename) as held:
         code = compile(tree, filename, "exec", dont_inherit=True)
-    if held and source is not None:
-        _compile_original(source, filename)
-    return code
-
-
-def _compile_original(source: bytes | str, filename: str) -> None:
-    """Compile ``source`` for the compiler's warnings alone (``parse`` issued the parser's)."""
-    tree = parse(source, filename, quiet=True)
-    try:
-        compile(tree, filename, "exec", dont_inherit=True)
-    except (SyntaxError, Warning) as error:  # SyntaxError: a SyntaxWarning made an error
-        raise CompilerWarningError(str(error)) from error
+    return code, bool(held)
 
 
 _warnings_swapped = threading.Lock()
@@ -259,8 +255,8 @@ def _insert_prelude(
     for statement in prelude:
         mark_generated(locate(statement, after))
     index = torch_import.block.index(after) + 1
-    torch_import.block[index:index] = prelude + generated
-    _insert_top(tree, [], after)
+    torch_import.block[index:index] = prelude + _defined_at(generated, after)
+    _insert_top(tree, [])
 
 
 def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
@@ -273,7 +269,7 @@ def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
     :func:`graphmend.post_import.when_imported` calls it once torch is imported.
     """
     names = [RUNTIME, TRACING, *(statement.name for statement in generated)]  # type: ignore[attr-defined]
-    body = [ast.Global(names=names), *_bind_runtime(), *generated]
+    body = [ast.Global(names=names), *_bind_runtime(), *_defined_at(generated, _top(tree))]
     bind = make_function(f"{PREFIX}bind", ["torch_module"], body, [])
     post_import = f"{PREFIX}post_import"
     when_imported = ast.Attribute(value=load(post_import), attr="when_imported", ctx=ast.Load())
@@ -283,7 +279,7 @@ def _insert_late_prelude(tree: ast.Module, generated: list[ast.stmt]) -> None:
             ast.Call(func=when_imported, args=[ast.Constant("torch"), load(bind.name)], keywords=[])
         ),
     ]
-    _insert_top(tree, [bind, *schedule], tree.body[0])
+    _insert_top(tree, [bind, *schedule])
 
 
 def _bind_runtime() -> list[ast.stmt]:
@@ -297,18 +293,48 @@ def _bind_runtime() -> list[ast.stmt]:
     ]
 
 
-def _insert_top(tree: ast.Module, after_top: list[ast.stmt], where: ast.AST) -> None:
+def _insert_top(tree: ast.Module, after_top: list[ast.stmt]) -> None:
     """Before anything else: the tracing check bound to ``bool`` and ``__dir__``, then
-    ``after_top``."""
+    ``after_top``, all on the line of the statement they precede, which runs next: a
+    tracer (coverage.py, pdb) sees the lines run that Python runs, in the same order."""
+    where = _top(tree)
     top = [
         ast.Assign(targets=[store(TRACING)], value=load("bool")),
-        *ast.parse(_DIR).body,
+        *_unlocated(ast.parse(_DIR).body),
         *after_top,
     ]
     for statement in top:
         mark_generated(locate(statement, where))
     index = _after_future_imports(tree)
     tree.body[index:index] = top
+
+
+def _top(tree: ast.Module) -> ast.stmt:
+    """The module's first statement after its docstring and ``__future__`` imports."""
+    return tree.body[min(_after_future_imports(tree), len(tree.body) - 1)]
+
+
+def _unlocated(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """``statements`` without source locations (parsed from GraphMend's text, whose
+    lines are not the module's), for :func:`locate` to give them one."""
+    for node in (node for statement in statements for node in ast.walk(statement)):
+        for attribute in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+            if hasattr(node, attribute):
+                delattr(node, attribute)
+    return statements
+
+
+def _defined_at(definitions: list[ast.stmt], anchor: ast.stmt) -> list[ast.stmt]:
+    """Generated functions defined on ``anchor``'s line, their bodies left on the lines
+    of the code they run: on those lines, the definitions made a tracer (coverage.py,
+    pdb) see code run at import that Python runs only when the function does."""
+    for definition in definitions:
+        decorators = getattr(definition, "decorator_list", [])
+        for node in (definition, *(node for each in decorators for node in ast.walk(each))):
+            if "lineno" in node._attributes:
+                node.lineno = node.end_lineno = anchor.lineno
+                node.col_offset = node.end_col_offset = anchor.col_offset
+    return definitions
 
 
 # ``dir(module)`` as without GraphMend (PEP 562).  It reads its own globals, so it needs

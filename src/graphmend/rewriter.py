@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -43,6 +43,7 @@ class Outcome:
     summary: dict[str, dict[str, int]] = field(default_factory=dict)
     reason: str = ""
     seconds: float = 0.0
+    warns: bool = False  # compiling the original source issues warnings
 
     def describe(self) -> str:
         """One line for the debug log."""
@@ -65,14 +66,21 @@ class ModuleRewriter:
         self._warned: set[str] = set()
 
     def code_for(
-        self, module_name: str, filename: str, source: bytes, *, compiled: bool = False
+        self,
+        module_name: str,
+        filename: str,
+        source: bytes,
+        *,
+        compile_as_python: Callable[[], object] | None = None,
     ) -> CodeType | None:
         """The code to execute for a module, or ``None`` to load it as Python would.
 
-        ``compiled``: the caller has compiled ``source`` as Python does, issuing its
-        warnings, which the rewrite then does not issue again.
+        ``compile_as_python``: Python's own loader of the module, called when compiling
+        the source issues warnings (``"is" with a literal``): Python issues them when it
+        compiles the source, and it does not where a valid ``.pyc`` exists; a filter that
+        makes one an error raises its ``SyntaxError`` there, as Python's import does.
         """
-        outcome = self.build(module_name, filename, source, compiled=compiled)
+        outcome = self.build(module_name, filename, source)
         if self.config.debug:
             write_stderr(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
@@ -82,13 +90,12 @@ class ModuleRewriter:
                 "it was imported unchanged",
                 stacklevel=2,
             )
+        if outcome.code is not None and outcome.warns and compile_as_python is not None:
+            compile_as_python()
         return outcome.code
 
-    def build(
-        self, module_name: str, filename: str, source: bytes, *, compiled: bool = False
-    ) -> Outcome:
-        """Produce (or read back) the code for one module and say what happened
-        (``compiled``: as for :meth:`code_for`)."""
+    def build(self, module_name: str, filename: str, source: bytes) -> Outcome:
+        """Produce (or read back) the code for one module and say what happened."""
         skipped = skipped_module(source)  # a byte search, before the cache
         if skipped is not None:
             reason = f"{skipped.reason} (line {skipped.lineno})"
@@ -103,19 +110,19 @@ class ModuleRewriter:
             key = self.cache.key(source, filename, self.config.settings_key())
             entry = self.cache.load(module_name, key)
             if entry is not None:
-                return Outcome(Status.CACHE_HIT, entry.code, entry.summary)
+                return Outcome(Status.CACHE_HIT, entry.code, entry.summary, warns=entry.warns)
         with _collector_paused():
-            outcome = self._rewrite(filename, source, started, compiled)
+            outcome = self._rewrite(filename, source, started)
         if outcome.code is not None and self.cache is not None and key is not None:
-            self.cache.store(module_name, key, outcome.code, outcome.summary)
+            self.cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
         return outcome
 
-    def _rewrite(self, filename: str, source: bytes, started: float, compiled: bool) -> Outcome:
+    def _rewrite(self, filename: str, source: bytes, started: float) -> Outcome:
         # Only now, on a miss: a warm import loads none of the analysis and rewrites.
-        from graphmend.pipeline import CompilerWarningError, compile_module, parse, rewrite
+        from graphmend.pipeline import compile_noting_warnings, parse_quietly, rewrite
 
         try:
-            tree = parse(source, filename, quiet=compiled)
+            tree, parser_warned = parse_quietly(source, filename)
         except (SyntaxError, ValueError):  # ValueError: null bytes in the source
             # Python's own loader raises the very same error, with its usual traceback.
             return Outcome(Status.SYNTAX_ERROR, None)
@@ -126,14 +133,15 @@ class ModuleRewriter:
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=_describe(error))
         try:
-            code = compile_module(result.tree, filename, None if compiled else source)
-        except CompilerWarningError:
-            return Outcome(Status.SYNTAX_ERROR, None)
+            code, compiler_warned = compile_noting_warnings(result.tree, filename)
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=f"compiling failed: {_describe(error)}")
         status = Status.REWRITTEN if result.changed else Status.UNCHANGED
         summary = summarize(result.findings)
-        return Outcome(status, code, summary, seconds=time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return Outcome(
+            status, code, summary, seconds=seconds, warns=parser_warned or compiler_warned
+        )
 
 
 @contextmanager

@@ -92,6 +92,15 @@ def run_stdin(args: list[str], config: Config) -> None:
     _run_source(program, ["-", *args], "", config)
 
 
+def run_command(command: str, args: list[str], config: Config) -> None:
+    """Execute what ``python -c command`` executes: ``command``, named ``<string>``, in a
+    ``__main__`` without ``__file__``, with the current directory first on ``sys.path``."""
+    loader = importlib.machinery.BuiltinImporter
+    source = command.encode("utf-8", "surrogateescape")
+    program = _Program("__main__", "<string>", source, False, loader, has_file=False)
+    _run_source(program, ["-c", *args], "", config)
+
+
 @dataclass(frozen=True)
 class _Program:
     """What a ``__main__``-like module runs: its name, file name, bytes and loader."""
@@ -101,6 +110,7 @@ class _Program:
     source: bytes
     compiled: bool  # a .pyc: run as it is, never rewritten
     loader: object
+    has_file: bool = True  # ``__file__`` and ``__cached__`` set (not for ``-c``)
 
 
 def _run_source(
@@ -112,7 +122,9 @@ def _run_source(
     installation = _install(config) if config is not None else None
     rewriter = installation.finder.rewriter if installation and not program.compiled else None
     main = _fresh_main(program.name)
-    main.__dict__.update(__file__=program.filename, __cached__=None, __loader__=program.loader)
+    if program.has_file:
+        main.__dict__.update(__file__=program.filename, __cached__=None)
+    main.__loader__ = program.loader
     sys.argv = argv
     if not getattr(sys.flags, "safe_path", False):  # Python 3.11+: -P
         sys.path[0] = path0
@@ -122,9 +134,7 @@ def _run_source(
         # its warnings, and a syntax error reported as the interpreter reports it.
         plain = _script_code(program.filename, program.source, program.compiled)
         code = (
-            rewriter.code_for(program.name, program.filename, program.source, compiled=True)
-            if rewriter
-            else None
+            rewriter.code_for(program.name, program.filename, program.source) if rewriter else None
         )
         exec(code or plain, main.__dict__)
 
