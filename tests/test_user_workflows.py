@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -18,6 +20,8 @@ ON_THE_FLOOR = dynamo_support.torch_release(torch.__version__) == dynamo_support
 
 OUTPUT_OF_SIZES = """
 import logging
+from collections.abc import Callable
+from typing import Any
 import warnings
 import torch
 
@@ -182,4 +186,44 @@ def test_output_in_a_checkpointed_layer_is_made_again_when_it_is_recomputed(
         torch._dynamo.reset()
         run = torch.compile(step, backend="eager") if compiled else step
         outcomes.append(_outcome(run, capsys))
+    assert outcomes[1] == outcomes[0]
+
+
+UNDER_A_TRANSFORM = """
+import torch
+
+def merged(x):
+    if x.sum() > 0:
+        y = x * 2
+    else:
+        y = x - 1
+    return y.sin()
+
+def printed(x):
+    print("positive", x.sum() > 0)
+    return (x * 3).sum()
+"""
+
+
+def _under(transform: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    if transform == "vmap":
+        return torch.func.vmap(function)
+    return torch.func.grad(function)  # of a function that returns a number
+
+
+@pytest.mark.parametrize(("transform", "name"), [("vmap", "merged"), ("grad", "printed")])
+def test_a_site_inside_a_func_transform_does_what_the_plain_one_does(
+    load_both, capsys, transform, name
+):
+    # Traced inside torch.func.vmap, a merged site's aliasing check read the storage of
+    # a batched tensor: an InternalTorchDynamoError where plain compile falls back to
+    # the transform run eagerly (vmap's own RuntimeError); inside torch.func.grad a
+    # deferred print of a tensor printed it after the transform had ended
+    # (GradTrackingTensor(lvl=-2, ...) where the original prints lvl=1).
+    plain, rewritten = load_both(UNDER_A_TRANSFORM)
+    outcomes = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        compiled = torch.compile(_under(transform, getattr(module, name)), backend="eager")
+        outcomes.append(_outcome(lambda c=compiled: c(torch.ones(2, 3)).tolist(), capsys))
     assert outcomes[1] == outcomes[0]

@@ -37,6 +37,7 @@ import torch
 
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 from graphmend.runtime.run_time_errors import raising_operation
+from graphmend.runtime.transforms import transform_active
 
 
 class Attempt:
@@ -175,6 +176,9 @@ _CHECKS = "graphmend_checks_before_compiling"
 _OPENED = "graphmend_opened_site"
 #: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
 _LAST_OPENED = "graphmend_last_opened_site"
+#: Why a site traced inside a ``torch.func`` transform keeps its break (see
+#: :mod:`graphmend.runtime.transforms`).
+_INSIDE_A_TRANSFORM = "inside a torch.func transform (vmap, grad...), whose tensors are wrapped"
 #: Restarts GraphMend asks for in one compile of a frame, at most: TorchDynamo gives up
 #: the frame after 100 restarts (its own, one per graph break, count too).
 _MOST_RESTARTS = 16
@@ -270,7 +274,7 @@ def _open(context: Any) -> None:
         from torch._dynamo.variables import ConstantVariable
     except (AttributeError, ImportError, KeyError, TypeError):
         return  # the attempts say so (call_or_none)
-    kept = site.kept_break()
+    kept = site.kept_break() or (_INSIDE_A_TRANSFORM if transform_active() else None)
     if kept is not None:
         record_at(context, rewrite, kept)
         tracer.symbolic_locals["kept"] = ConstantVariable.create(kept)

@@ -37,6 +37,7 @@ from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.formatting import assume_constant_result, format_now, known_while_tracing
 from graphmend.runtime.tracing import dynamo_traces
+from graphmend.runtime.transforms import inside_a_transform
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -110,8 +111,9 @@ def _carriable(value: Any) -> bool:
     if isinstance(value, torch.nn.Parameter):
         return type(value) is torch.nn.Parameter  # a subclass cannot be rebuilt
     if isinstance(value, torch.Tensor):
-        # a copy of a tensor that requires grad prints its own grad_fn (CloneBackward0)
-        return not value.requires_grad
+        # a copy of a tensor that requires grad prints its own grad_fn (CloneBackward0);
+        # one of a torch.func transform prints its level, gone after the graph
+        return not value.requires_grad and not inside_a_transform()
     if type(value) in _CONSTANT_TYPES:
         return True
     if type(value) in _SEQUENCES:
