@@ -194,6 +194,13 @@ COUNTEREXAMPLES = {
         '    raise ValueError("invalid input")\nreturn x\n',
         (_zeros(1, 0.5), Call(((2.0, 0.0, 0.0, 0.0),), 1.5)),
     ),
+    # both branches gave the caller's own tensor: kept as one value by the merge plan,
+    # but selected with torch.where all the same (a new tensor, which no check saw)
+    "both-branches-return-the-callers-tensor": Program(
+        "if x.sum() > 0.5:\n    return x\nreturn x\n",
+        (_zeros(1, 1.5), _zeros(1, 3.5)),
+        grad=False,
+    ),
     "10.16-nested-unmergeable-if": Program(
         "if x.sum() > 0:\n    if x.mean() < 0.5:\n        x = x.double()\n    else:\n"
         "        x = x * x\n    return x.to(torch.int64)\nreturn x + 1\n",

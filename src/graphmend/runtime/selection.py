@@ -195,7 +195,8 @@ def branch(
         )
     else:
         merged = tuple(
-            _select(predicate, *pair) for pair in zip(then_values, else_values, strict=True)
+            torch.where(predicate, left, right) if is_tensor else left  # else: one value
+            for left, right, is_tensor in zip(then_values, else_values, plan, strict=True)
         )
     if merged is None:
         return None
@@ -348,10 +349,6 @@ def _identical(left: Any, right: Any) -> bool:
     if type(left) is float:
         return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
     return type(left) in IMMUTABLE_TYPES and left == right
-
-
-def _select(predicate: torch.Tensor, left: Any, right: Any) -> Any:
-    return torch.where(predicate, left, right) if isinstance(left, torch.Tensor) else left
 
 
 Branch = tuple[Callable[..., tuple[Any, ...]], Sequence[Any]]
