@@ -153,7 +153,7 @@ def dual_path(site: ast.stmt, tracing_body: list[ast.stmt], search: str | None =
     :mod:`graphmend.runtime.searches`): a site marked to run as written takes ``site``.
     """
     test: ast.expr = ast.Call(func=load(TRACING), args=[], keywords=[])
-    if search is not None and _reads(tracing_body, search):
+    if search is not None and any(search in names_read(s) for s in tracing_body):
         token = ast.NamedExpr(target=store(search), value=runtime_call("search_site"))
         unmarked = ast.Compare(left=token, ops=[ast.IsNot()], comparators=[ast.Constant(None)])
         test = ast.BoolOp(op=ast.And(), values=[test, unmarked])
@@ -172,14 +172,6 @@ def is_tracing_test(test: ast.expr) -> bool:
         and isinstance(test.func, ast.Name)
         and test.func.id == TRACING
         and not test.args
-    )
-
-
-def _reads(body: list[ast.stmt], name: str) -> bool:
-    return any(
-        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
-        for statement in body
-        for node in ast.walk(statement)
     )
 
 
