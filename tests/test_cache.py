@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+import graphmend
 from graphmend import GraphMendWarning
-from graphmend.cache import Access, BytecodeCache
+from graphmend.cache import Access, BytecodeCache, graphmend_fingerprint
 from graphmend.cli import main as cli_main
 from graphmend.config import Config
 from graphmend.rewriter import ModuleRewriter, Status
@@ -104,6 +105,24 @@ def test_an_entry_replaces_those_of_earlier_versions_of_its_file(cache_dir, modu
     assert _build(cache_dir, elsewhere).status is Status.CACHE_HIT
     module_file.write_bytes(SOURCE)
     assert _build(cache_dir, module_file).status is Status.REWRITTEN  # its entry was removed
+
+
+def test_two_releases_of_graphmend_keep_an_entry_each(cache_dir, module_file, monkeypatch):
+    # trust_remote_code modules live in Hugging Face's cache, which every environment
+    # shares: two environments with different GraphMend releases import the same file.
+    def build_under(release: str):
+        monkeypatch.setattr(graphmend, "__version__", release)
+        graphmend_fingerprint.cache_clear()
+        return _build(cache_dir, module_file).status
+
+    try:
+        assert build_under("1.0") is Status.REWRITTEN
+        assert build_under("2.0") is Status.REWRITTEN
+        assert (build_under("1.0"), build_under("2.0")) == (Status.CACHE_HIT, Status.CACHE_HIT)
+        assert len(_entries(cache_dir)) == 2
+    finally:
+        monkeypatch.undo()
+        graphmend_fingerprint.cache_clear()
 
 
 def test_entry_of_another_key_under_the_same_name_is_not_used(cache_dir, module_file):

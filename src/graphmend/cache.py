@@ -9,8 +9,11 @@ the cache.  An entry is written to a temporary file in the same directory and
 renamed into place, so concurrent processes (every rank of a ``torchrun`` job)
 never read a torn entry; a short, corrupt or mismatched entry is ignored and
 rebuilt; a directory that cannot be written is used read-only.  One entry is kept
-per file, settings and interpreter (its slot, the first bytes of the key): storing
-the entry of a new version of a file removes those of earlier ones.
+per file, settings, interpreter and GraphMend release (its slot, the first bytes of
+the key): storing the entry of a new version of a file removes those of earlier
+ones, while two releases that import one file (``trust_remote_code`` modules live in
+Hugging Face's cache, which every environment shares) keep an entry each, as
+pytest's ``.pyc`` files carry its version.
 
 Entries are code that the process runs, and their key is computed from public
 inputs, so whoever can write the cache can run code in every process that reads
@@ -53,7 +56,8 @@ from graphmend.notices import warn
 _MAGIC = b"GMC1"
 _HEADER = struct.Struct("<4s32s16sI")  # magic, key digest, payload checksum, metadata length
 SUFFIX = ".gmc"
-#: The bytes of a key that name its slot: one entry per file, settings and interpreter.
+#: The bytes of a key that name its slot: one entry per file, settings, interpreter and
+#: GraphMend release.
 _SLOT_BYTES = 8
 
 #: The mode of the directories the import hook creates: this user's alone.
@@ -149,7 +153,10 @@ class BytecodeCache:
         """The 32-byte digest an entry is stored and checked under: the digest of its
         slot (:func:`_digest` of what stays the same from one version of the file to the
         next, :data:`_SLOT_BYTES` bytes), then that of everything else."""
+        import graphmend
+
         slot = _digest(
+            graphmend.__version__.encode(),
             importlib.util.MAGIC_NUMBER,
             settings.encode(),
             interpreter_builtins.fingerprint().encode(),
@@ -229,8 +236,8 @@ class BytecodeCache:
     def _evict_earlier(self, module_name: str, key: bytes) -> None:
         """Remove the entries of earlier versions of the file (or of GraphMend) that the
         entry under ``key`` replaces: those of the same slot, under another key.  An
-        entry is kept per file, settings and interpreter, as CPython keeps one ``.pyc``
-        per source file and optimisation level."""
+        entry is kept per file, settings, interpreter and release, as CPython keeps one
+        ``.pyc`` per source file and optimisation level."""
         current = self.path_for(module_name, key)
         for path in self._tag_dir.glob(f"{_slot_prefix(module_name, key)}*{SUFFIX}"):
             if path != current:
