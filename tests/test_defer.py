@@ -177,6 +177,27 @@ def test_value_dynamo_cannot_carry_keeps_the_break_and_the_output(load_rewritten
     assert capsys.readouterr().out == eager
 
 
+def test_a_methods_class_cell_is_read_in_the_method(load_rewritten, capsys):
+    """``__class__`` in a method is the method's cell, not a name the deferred function
+    (at module level) can read: ``getattr(builtins, "__class__")`` is the module type,
+    which made it look like a builtin class, and the compiled call raised ``NameError``."""
+    module = load_rewritten(
+        """
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x):
+                print(__class__.__name__, __class__)
+                return x + 1
+        """
+    )
+    model = module.M()
+    expected = model(torch.ones(2))
+    eager = capsys.readouterr().out
+    compiled = compile_and_run(model, torch.ones(2))
+    assert torch.equal(compiled.result, expected)
+    assert capsys.readouterr().out == eager
+
+
 def test_a_tensor_that_requires_grad_prints_as_itself(load_rewritten, capsys):
     """A copy of it would print its own ``grad_fn`` (``CloneBackward0`` where eager shows
     ``SumBackward0``, or where a leaf shows ``requires_grad=True``): the call keeps its
