@@ -331,6 +331,39 @@ def test_module_calling_submodules_in_a_branch(patterns, h):
         assert bitwise_equal(dict(compiled_model.named_buffers())[name], buffer), name
 
 
+def test_a_private_submodule_is_checked_by_its_mangled_name(load_both):
+    """The purity check of ``self.__proj`` read ``self.__proj``, not ``self._M__proj``
+    that the branch calls: an attribute of that very name (a pure ``Identity``) let a
+    hooked ``Linear`` into ``torch.cond``, and the compiled call failed
+    (``UncapturedHigherOrderOpError``) where plain compile runs."""
+    source = """
+    import torch
+    CALLS = []
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.__proj = torch.nn.Linear(3, 3)
+            self.__proj.register_forward_hook(lambda *args: CALLS.append(1))
+        def forward(self, x):
+            if x.sum() > 0:
+                y = self.__proj(x)
+            else:
+                y = x - 1
+            return y
+    """
+    results = []
+    for module in load_both(source):
+        torch.manual_seed(0)
+        model = module.M().eval()
+        object.__setattr__(model, "__proj", torch.nn.Identity())
+        with torch.no_grad():
+            compiled = compile_and_run(model, torch.ones(2, 3))
+        results.append((compiled.result, compiled.graphs, len(module.CALLS)))
+    (plain, plain_graphs, plain_calls), (mended, graphs, calls) = results
+    assert bitwise_equal(mended, plain) and calls == plain_calls
+    assert graphs <= plain_graphs
+
+
 def test_training_mode_dropout_keeps_the_original_branch(patterns):
     model = patterns.Scaler().train()
     compiled = compile_and_run(model, torch.full((4,), 2.0))

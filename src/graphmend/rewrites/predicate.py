@@ -60,6 +60,7 @@ from graphmend.rewrites.common import (
     load,
     locate,
     make_function,
+    mangled,
     mark_continuable,
     runtime_call,
     store,
@@ -294,8 +295,10 @@ class _Site:
     def _module_reads(self, *states: _ArmState) -> list[ast.expr]:
         """The submodules the branches call, read before them without raising."""
         assigned = set().union(*(state.assigned for state in states))
+        class_name = self.rewriter.enclosing.class_name
         return [
-            safe_attribute_chain(module, self.bound - assigned) for module in self.facts.modules
+            safe_attribute_chain(module, self.bound - assigned, class_name)
+            for module in self.facts.modules
         ]
 
     def _unpack(self, merged_name: str) -> list[ast.stmt]:
@@ -533,7 +536,10 @@ class _ConditionalExpressions(ast.NodeTransformer):
             "branch",
             ast.NamedExpr(target=store(names["cond"]), value=condition),
             *branches,
-            _tuple(safe_attribute_chain(m, self.bound) for m in checker.facts.modules),
+            _tuple(
+                safe_attribute_chain(m, self.bound, self.rewriter.enclosing.class_name)
+                for m in checker.facts.modules
+            ),
             ast.Constant(checker.facts.expensive),
         )
         merged = ast.NamedExpr(target=store(names["merged"]), value=call)
@@ -591,15 +597,18 @@ def _first(value: ast.expr) -> ast.Subscript:
     return ast.Subscript(value=value, slice=ast.Constant(0), ctx=ast.Load())
 
 
-def safe_attribute_chain(chain: ast.expr, bound: frozenset[str] | set[str]) -> ast.expr:
+def safe_attribute_chain(
+    chain: ast.expr, bound: frozenset[str] | set[str], class_name: str | None
+) -> ast.expr:
     """``a.b.c`` as ``_@gm_rt.attribute(_@gm_rt.attribute(a, "b"), "c")``: read ahead of time,
     a missing attribute (``a`` is ``None``) gives MISSING instead of an exception.
+    Private names are mangled as in ``class_name``, where the chain is written.
 
     ``a`` must be bound at that point; else the site is declined.
     """
     if isinstance(chain, ast.Attribute):
-        inner = safe_attribute_chain(chain.value, bound)
-        return runtime_call("attribute", inner, ast.Constant(chain.attr))
+        inner = safe_attribute_chain(chain.value, bound, class_name)
+        return runtime_call("attribute", inner, ast.Constant(mangled(chain.attr, class_name)))
     if isinstance(chain, ast.Name) and chain.id in bound:
         return load(chain.id)
     raise Decline(f"it calls {ast.unparse(chain)}..., which may not be bound before the if")
