@@ -77,6 +77,10 @@ class _Slots:
     rebound: set[str] = field(default_factory=set)  # locals any branch assigns
 
 
+#: Attributes of a tensor that describe it without giving its elements.
+_METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad"})
+
+
 @dataclass
 class _ArmState:
     """What a branch has done so far, while its statements are transformed."""
@@ -371,6 +375,29 @@ class _Site:
         for name in sorted(self.rewriter.local_reads(reads)):
             if name not in state.assigned and name not in self.bound:
                 raise Decline(f"a branch reads {name}, which may be unbound before the if")
+        if state.slots:
+            self._check_no_way_around_the_copy(reads, state)
+
+    def _check_no_way_around_the_copy(self, reads: list[ast.AST], state: _ArmState) -> None:
+        """After a store by index the branch holds a copy of the tensor stored into; an
+        attribute (``self.buf``, where ``h = self.buf``) may hold the tensor itself, whose
+        values from before the store it would read.  (Tensors the branch is given are
+        checked while tracing: ``runtime.aliasing.stored_alias``.)"""
+        nodes = [node for read in reads for node in walk(read)]
+        called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
+        for node in nodes:
+            if (
+                isinstance(node, ast.Attribute)
+                and id(node) not in called
+                and node.attr not in _METADATA
+                and isinstance(node.value, ast.Name)
+                and node.value.id not in state.slots
+                and self.rewriter.local_reads([node.value])
+            ):
+                raise Decline(
+                    f"a branch reads {ast.unparse(node)} after storing into "
+                    f"{min(state.slots)} by index: it may hold the tensor stored into"
+                )
 
     def _transform_statement(self, statement: ast.stmt, state: _ArmState) -> list[ast.stmt]:
         if isinstance(statement, ast.Pass) or _is_docstring(statement):
