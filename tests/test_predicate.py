@@ -1131,6 +1131,18 @@ class Buffered(torch.nn.Module):
 def read_through_an_attribute(x):
     return Buffered()(x)
 
+BUFFER = torch.ones(2, 2)
+
+def read_through_a_global(x):
+    BUFFER.fill_(1.0)
+    h = BUFFER
+    if x.sum() > 0:
+        h[0] = 3.0
+        y = BUFFER.sum()
+    else:
+        y = BUFFER.mean()
+    return y * x
+
 def stored_alone(x):
     h = x.clone()
     if x.sum() > 0:
@@ -1151,6 +1163,7 @@ def stored_alone(x):
         "read_through_a_list",
         "one_tensor_given_twice",
         "read_through_an_attribute",
+        "read_through_a_global",
         "stored_alone",
     ],
 )
@@ -1158,7 +1171,8 @@ def test_a_tensor_stored_into_by_index_and_reached_another_way_keeps_the_if(load
     """A branch stores into a copy, written back after the merge: another name, a view
     or a list holding the same tensor still gave the values from before the store (the
     positive input: `g.sum()` 12 where the original gives 16), and the write-back of two
-    names undid one another's store (`h` all ones where the original has a row of 3s)."""
+    names undid one another's store (`h` all ones where the original has a row of 3s).
+    So did an attribute or a module-level tensor read after the store."""
     plain, rewritten = load_both(STORED_THROUGH_ANOTHER_NAME)
     for sign in (1.0, -1.0):
         x = sign * torch.ones(2, 2)

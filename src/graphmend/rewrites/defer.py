@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from graphmend.analysis import output_calls
 from graphmend.analysis.output_calls import NotProven, OutputCall, OutputKind
-from graphmend.analysis.scopes import BindingKind, Resolution
+from graphmend.analysis.scopes import STATIC_KINDS, Resolution
 from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
 from graphmend.interpreter_builtins import interpreter_builtin
@@ -57,7 +57,6 @@ from graphmend.rewrites.common import (
 
 _FLAG_KEYWORDS = {"exc_info", "stack_info"}
 _STATIC_SYS_ATTRIBUTES = {"stdout", "stderr"}
-_STATIC_KINDS = (BindingKind.IMPORT, BindingKind.DEF, BindingKind.CLASS)
 
 
 @dataclass
@@ -383,7 +382,7 @@ class _Planner:
         if self.scopes.resolve(expr.id, self.functions) is Resolution.BUILTIN:
             return interpreter_builtin(expr.id) is not None
         binding = self.scopes.sole_global_binding(expr.id, self.functions)
-        return binding is not None and binding.kind in _STATIC_KINDS
+        return binding is not None and binding.kind in STATIC_KINDS
 
 
 def _is_literal(expr: ast.expr) -> bool:

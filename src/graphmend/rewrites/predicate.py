@@ -50,6 +50,7 @@ from graphmend.analysis.bindings import (
     stored_names,
     used_in_place_after,
 )
+from graphmend.analysis.scopes import STATIC_KINDS, Resolution
 from graphmend.analysis.speculation import BranchFacts, SpeculationChecker, speculation_problem
 from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
@@ -393,11 +394,23 @@ class _Site:
                 and isinstance(node.value, ast.Name)
                 and node.value.id not in state.slots
                 and self.rewriter.local_reads([node.value])
-            ):
+            ) or (isinstance(node, ast.Name) and self._module_variable(node.id)):
                 raise Decline(
                     f"a branch reads {ast.unparse(node)} after storing into "
                     f"{min(state.slots)} by index: it may hold the tensor stored into"
                 )
+
+    def _module_variable(self, name: str) -> bool:
+        """Whether ``name`` read here may be a module-level value other than a module,
+        function or class (a tensor the module holds)."""
+        scopes, functions = self.module.scopes, self.rewriter.enclosing.functions
+        resolution = scopes.resolve(name, functions)
+        if resolution is Resolution.UNKNOWN:
+            return True
+        binding = scopes.sole_global_binding(name, functions)
+        return resolution is Resolution.GLOBAL and (
+            binding is None or binding.kind not in STATIC_KINDS
+        )
 
     def _transform_statement(self, statement: ast.stmt, state: _ArmState) -> list[ast.stmt]:
         if isinstance(statement, ast.Pass) or _is_docstring(statement):
