@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
 from graphmend import GraphMendWarning
 from graphmend.findings import Decision
@@ -175,6 +176,52 @@ def test_value_dynamo_cannot_carry_keeps_the_break_and_the_output(load_rewritten
     compiled = compile_and_run(module.f, torch.ones(1))
     assert compiled.breaks >= 1
     assert capsys.readouterr().out == eager
+
+
+def test_a_methods_class_cell_is_read_in_the_method(load_rewritten, capsys):
+    """``__class__`` in a method is the method's cell, not a name the deferred function
+    (at module level) can read: ``getattr(builtins, "__class__")`` is the module type,
+    which made it look like a builtin class, and the compiled call raised ``NameError``."""
+    module = load_rewritten(
+        """
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x):
+                print(__class__.__name__, __class__)
+                return x + 1
+        """
+    )
+    model = module.M()
+    expected = model(torch.ones(2))
+    eager = capsys.readouterr().out
+    compiled = compile_and_run(model, torch.ones(2))
+    assert torch.equal(compiled.result, expected)
+    assert capsys.readouterr().out == eager
+
+
+def test_a_value_read_on_the_host_keeps_the_output_where_it_was(load_both, capsys):
+    """``.item()`` in an argument breaks the graph before the call whatever GraphMend
+    does.  Deferred, the call no longer broke the frame TorchDynamo resumes after the
+    read, so ``y + 1`` joined that frame, which is compiled again when the value read
+    changes: 3 graphs over these calls where plain compile makes 2."""
+    source = """
+    import torch
+    def f(x):
+        y = x * 2
+        print(f"mean {y.mean().item():.3f}")
+        return y + 1
+    """
+    graphs = []
+    for module in load_both(source):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.f, backend=counter)
+        for value in range(1, 5):
+            compiled(torch.full((2,), float(value)))
+        graphs.append(counter.frame_count)
+    plain, mended = graphs
+    assert mended <= plain
+    assert capsys.readouterr().out.count("mean 8.000") == 2
 
 
 def test_a_tensor_that_requires_grad_prints_as_itself(load_rewritten, capsys):

@@ -311,6 +311,30 @@ def test_message_that_needs_tensor_data_keeps_the_break(load_rewritten):
         torch.compile(module.f, backend="eager")(torch.tensor([-1.0]))
 
 
+def test_a_message_reads_a_private_attribute_by_its_mangled_name(load_rewritten):
+    """``self.__limit`` in class ``_Block`` is ``self._Block__limit``.  The lowered guard
+    read ``__limit``: where there was none, it kept the break; where an attribute had
+    that very name, the compiled call raised with its value instead."""
+    module = load_rewritten(
+        """
+        import torch
+        class _Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.__limit = 7
+            def forward(self, x):
+                if (x > 100).any():
+                    raise ValueError(f"above {self.__limit}")
+                return x + 1
+        """
+    )
+    model = module._Block()
+    object.__setattr__(model, "__limit", "an attribute of another name")
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match=r"^above 7$"):
+        torch.compile(model, backend="eager", fullgraph=True)(torch.full((2,), 500.0))
+
+
 def test_python_only_guards_and_short_circuits_stay_python(load_rewritten):
     module = load_rewritten(
         """

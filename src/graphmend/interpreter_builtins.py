@@ -17,8 +17,12 @@ import types
 
 
 def interpreter_builtin(name: str) -> object | None:
-    """``builtins.<name>`` when it is a class or function the interpreter defines, else None."""
-    value = getattr(builtins, name, None)
+    """``builtins.<name>`` when it is a class or function the interpreter defines, else None.
+
+    Looked up in the module's namespace, not with ``getattr``: attributes of the module
+    object (``__class__``, the module type; ``__dir__``, a builtin method) are no builtins,
+    and ``__class__`` in a method is the method's own cell."""
+    value = vars(builtins).get(name)
     if isinstance(value, type):
         return value if value.__module__ == "builtins" else None
     return value if isinstance(value, types.BuiltinFunctionType) else None

@@ -33,17 +33,34 @@ _HOST_BUILTINS = frozenset(
 class HostReads:
     """Finds host reads in expressions of the functions ``functions`` (innermost last)."""
 
-    def __init__(self, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> None:
+    def __init__(
+        self,
+        scopes: ModuleScopes,
+        functions: Sequence[ast.AST],
+        tensor_names: frozenset[str] | None = None,
+    ) -> None:
+        """``tensor_names``: the locals that may hold tensors (default: every local)."""
         self.scopes = scopes
         self.functions = functions
-        self._unknown = scopes.locals_of(functions[-1]) if functions else frozenset()
+        if tensor_names is None:
+            tensor_names = scopes.locals_of(functions[-1]) if functions else frozenset()
+        self._unknown = tensor_names
 
     def problem(self, expr: ast.expr) -> str | None:
         """Why ``expr`` may read tensor data on the host (``None``: it cannot)."""
+        found = self.first(expr)
+        return (
+            None
+            if found is None
+            else f"{found}, which reads tensor data on the host inside a branch"
+        )
+
+    def first(self, expr: ast.expr) -> str | None:
+        """The first part of ``expr`` that may read tensor data on the host, described."""
         for node in ast.walk(expr):
             found = self._node(node)
             if found is not None:
-                return f"{found}, which reads tensor data on the host inside a branch"
+                return found
         return None
 
     def _may_be_tensor(self, expr: ast.expr) -> bool:

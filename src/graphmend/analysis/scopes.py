@@ -31,6 +31,10 @@ class BindingKind(Enum):
     OTHER = "other"  # loop targets, augmented assignment, del, with, except, match...
 
 
+#: Module-level bindings to a module, a function or a class: not data the module holds.
+STATIC_KINDS = (BindingKind.IMPORT, BindingKind.DEF, BindingKind.CLASS)
+
+
 @dataclass(frozen=True)
 class Binding:
     """One statement that binds a name in a scope."""

@@ -244,10 +244,22 @@ class ModuleContext:
 
 @dataclass(frozen=True)
 class Enclosing:
-    """Where a statement sits: its chain of enclosing functions and its qualified name."""
+    """Where a statement sits: its chain of enclosing functions, its qualified name and
+    the innermost class around it (whose name private names are mangled with)."""
 
     functions: tuple[ast.AST, ...]
     qualname: str
+    class_name: str | None = None
+
+
+def mangled(name: str, class_name: str | None) -> str:
+    """``name`` as Python compiles it inside class ``class_name``: a private name
+    (``__cache``, not ``__dunder__``) becomes ``_Class__cache``.  A generated string
+    naming an attribute (``attribute(self, "...")``) must hold the mangled name."""
+    if class_name is None or not name.startswith("__") or name.endswith("__"):
+        return name
+    stripped = class_name.lstrip("_")
+    return f"_{stripped}{name}" if stripped else name
 
 
 class FunctionStatementRewriter:
@@ -287,7 +299,8 @@ class FunctionStatementRewriter:
             if function is not None and index < len(self._scopes) - 1:
                 parts.append("<locals>")
         functions = tuple(function for _, function in self._scopes if function is not None)
-        return Enclosing(functions, ".".join(parts))
+        classes = [name for name, function in self._scopes if function is None]
+        return Enclosing(functions, ".".join(parts), classes[-1] if classes else None)
 
     def local_reads(self, nodes: Iterable[ast.AST]) -> set[str]:
         """Names read in ``nodes`` that are locals of the enclosing functions."""

@@ -37,8 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphmend.analysis import output_calls
+from graphmend.analysis.host_reads import HostReads
 from graphmend.analysis.output_calls import NotProven, OutputCall, OutputKind
-from graphmend.analysis.scopes import BindingKind, Resolution
+from graphmend.analysis.scopes import STATIC_KINDS, Resolution
 from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
 from graphmend.interpreter_builtins import interpreter_builtin
@@ -57,7 +58,6 @@ from graphmend.rewrites.common import (
 
 _FLAG_KEYWORDS = {"exc_info", "stack_info"}
 _STATIC_SYS_ATTRIBUTES = {"stdout", "stderr"}
-_STATIC_KINDS = (BindingKind.IMPORT, BindingKind.DEF, BindingKind.CLASS)
 
 
 @dataclass
@@ -91,6 +91,16 @@ class DeferRewrite(FunctionStatementRewriter):
                 Decision.DECLINED,
                 "inside a try (or a with) of this function, whose handlers would no longer "
                 "see the call's exceptions after the graph",
+            )
+            return statement
+        host_read = self._host_read(statement.value)
+        if host_read is not None:
+            self.record(
+                statement,
+                Decision.DECLINED,
+                f"an argument reads tensor data on the host ({host_read}): the graph breaks "
+                "there all the same, and the code after the call would join the frame that "
+                "resumes after the read, compiled again when the value read changes",
             )
             return statement
         if self._guard_follows(statement):
@@ -127,6 +137,17 @@ class DeferRewrite(FunctionStatementRewriter):
             )
             tracing_path = [locate(unless_raised, statement)]
         return dual_path(statement, tracing_path)
+
+    def _host_read(self, call: ast.Call) -> str | None:
+        """The first host read (``.item()``, ``float(t)``...) among ``call``'s arguments."""
+        functions = self.enclosing.functions
+        names = self.module.tensor_names(functions[-1], functions)
+        reads = HostReads(self.module.scopes, functions, names)
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            found = reads.first(argument)
+            if found is not None:
+                return found
+        return None
 
     def _guard_follows(self, statement: ast.stmt) -> bool:
         """Whether a guard on tensor data (``assert``, an ``if`` that only raises) may
@@ -383,7 +404,7 @@ class _Planner:
         if self.scopes.resolve(expr.id, self.functions) is Resolution.BUILTIN:
             return interpreter_builtin(expr.id) is not None
         binding = self.scopes.sole_global_binding(expr.id, self.functions)
-        return binding is not None and binding.kind in _STATIC_KINDS
+        return binding is not None and binding.kind in STATIC_KINDS
 
 
 def _is_literal(expr: ast.expr) -> bool:

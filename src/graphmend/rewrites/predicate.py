@@ -50,6 +50,7 @@ from graphmend.analysis.bindings import (
     stored_names,
     used_in_place_after,
 )
+from graphmend.analysis.scopes import STATIC_KINDS, Resolution
 from graphmend.analysis.speculation import BranchFacts, SpeculationChecker, speculation_problem
 from graphmend.analysis.walking import walk
 from graphmend.findings import Decision
@@ -60,6 +61,7 @@ from graphmend.rewrites.common import (
     load,
     locate,
     make_function,
+    mangled,
     mark_continuable,
     runtime_call,
     store,
@@ -74,6 +76,10 @@ class _Slots:
 
     items: list[str] = field(default_factory=list)  # local tensors stored into by index
     rebound: set[str] = field(default_factory=set)  # locals any branch assigns
+
+
+#: Attributes of a tensor that describe it without giving its elements.
+_METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad"})
 
 
 @dataclass
@@ -294,8 +300,10 @@ class _Site:
     def _module_reads(self, *states: _ArmState) -> list[ast.expr]:
         """The submodules the branches call, read before them without raising."""
         assigned = set().union(*(state.assigned for state in states))
+        class_name = self.rewriter.enclosing.class_name
         return [
-            safe_attribute_chain(module, self.bound - assigned) for module in self.facts.modules
+            safe_attribute_chain(module, self.bound - assigned, class_name)
+            for module in self.facts.modules
         ]
 
     def _unpack(self, merged_name: str) -> list[ast.stmt]:
@@ -368,6 +376,41 @@ class _Site:
         for name in sorted(self.rewriter.local_reads(reads)):
             if name not in state.assigned and name not in self.bound:
                 raise Decline(f"a branch reads {name}, which may be unbound before the if")
+        if state.slots:
+            self._check_no_way_around_the_copy(reads, state)
+
+    def _check_no_way_around_the_copy(self, reads: list[ast.AST], state: _ArmState) -> None:
+        """After a store by index the branch holds a copy of the tensor stored into; an
+        attribute (``self.buf``, where ``h = self.buf``) may hold the tensor itself, whose
+        values from before the store it would read.  (Tensors the branch is given are
+        checked while tracing: ``runtime.aliasing.stored_alias``.)"""
+        nodes = [node for read in reads for node in walk(read)]
+        called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
+        for node in nodes:
+            if (
+                isinstance(node, ast.Attribute)
+                and id(node) not in called
+                and node.attr not in _METADATA
+                and isinstance(node.value, ast.Name)
+                and node.value.id not in state.slots
+                and self.rewriter.local_reads([node.value])
+            ) or (isinstance(node, ast.Name) and self._module_variable(node.id)):
+                raise Decline(
+                    f"a branch reads {ast.unparse(node)} after storing into "
+                    f"{min(state.slots)} by index: it may hold the tensor stored into"
+                )
+
+    def _module_variable(self, name: str) -> bool:
+        """Whether ``name`` read here may be a module-level value other than a module,
+        function or class (a tensor the module holds)."""
+        scopes, functions = self.module.scopes, self.rewriter.enclosing.functions
+        resolution = scopes.resolve(name, functions)
+        if resolution is Resolution.UNKNOWN:
+            return True
+        binding = scopes.sole_global_binding(name, functions)
+        return resolution is Resolution.GLOBAL and (
+            binding is None or binding.kind not in STATIC_KINDS
+        )
 
     def _transform_statement(self, statement: ast.stmt, state: _ArmState) -> list[ast.stmt]:
         if isinstance(statement, ast.Pass) or _is_docstring(statement):
@@ -533,7 +576,10 @@ class _ConditionalExpressions(ast.NodeTransformer):
             "branch",
             ast.NamedExpr(target=store(names["cond"]), value=condition),
             *branches,
-            _tuple(safe_attribute_chain(m, self.bound) for m in checker.facts.modules),
+            _tuple(
+                safe_attribute_chain(m, self.bound, self.rewriter.enclosing.class_name)
+                for m in checker.facts.modules
+            ),
             ast.Constant(checker.facts.expensive),
         )
         merged = ast.NamedExpr(target=store(names["merged"]), value=call)
@@ -591,15 +637,18 @@ def _first(value: ast.expr) -> ast.Subscript:
     return ast.Subscript(value=value, slice=ast.Constant(0), ctx=ast.Load())
 
 
-def safe_attribute_chain(chain: ast.expr, bound: frozenset[str] | set[str]) -> ast.expr:
+def safe_attribute_chain(
+    chain: ast.expr, bound: frozenset[str] | set[str], class_name: str | None
+) -> ast.expr:
     """``a.b.c`` as ``_@gm_rt.attribute(_@gm_rt.attribute(a, "b"), "c")``: read ahead of time,
     a missing attribute (``a`` is ``None``) gives MISSING instead of an exception.
+    Private names are mangled as in ``class_name``, where the chain is written.
 
     ``a`` must be bound at that point; else the site is declined.
     """
     if isinstance(chain, ast.Attribute):
-        inner = safe_attribute_chain(chain.value, bound)
-        return runtime_call("attribute", inner, ast.Constant(chain.attr))
+        inner = safe_attribute_chain(chain.value, bound, class_name)
+        return runtime_call("attribute", inner, ast.Constant(mangled(chain.attr, class_name)))
     if isinstance(chain, ast.Name) and chain.id in bound:
         return load(chain.id)
     raise Decline(f"it calls {ast.unparse(chain)}..., which may not be bound before the if")

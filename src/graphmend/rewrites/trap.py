@@ -45,6 +45,7 @@ from graphmend.rewrites.common import (
     literal_format_spec,
     load,
     locate,
+    mangled,
     mark_generated,
     runtime_call,
     store,
@@ -217,7 +218,7 @@ class TrapRewrite(FunctionStatementRewriter):
                 raise Decline(f"the elif condition would run ahead of time, but {problem}")
         _check_exception(guard.exception, scopes, functions)
         bound = self.bound_at(guard.site)
-        message = _Message(scopes, functions, bound)
+        message = _Message(scopes, functions, bound, self.enclosing.class_name)
         message_parts = message.parts(guard.message)
         translator = ConditionTranslator(scopes, functions, self.module.fresh_name)
         prelude, condition = translator.translate(guard.condition)
@@ -337,11 +338,17 @@ class _Message:
     """
 
     def __init__(
-        self, scopes: ModuleScopes, functions: Sequence[ast.AST], bound: frozenset[str]
+        self,
+        scopes: ModuleScopes,
+        functions: Sequence[ast.AST],
+        bound: frozenset[str],
+        class_name: str | None,
     ) -> None:
         self.scopes = scopes
         self.functions = functions
         self.bound = bound
+        #: The class the guard is written in: its private names are mangled.
+        self.class_name = class_name
         #: Whether a field formats a name's value itself (``{t}``, ``{(t, n)}``),
         #: which may be a Python float the caller passes.
         self.formats_names = False
@@ -400,7 +407,8 @@ class _Message:
                 and len(expr.value.args) == 1
             ):
                 return runtime_call("type_name", self._value(expr.value.args[0]))
-            return runtime_call("attribute", self._value(expr.value), ast.Constant(expr.attr))
+            name = mangled(expr.attr, self.class_name)
+            return runtime_call("attribute", self._value(expr.value), ast.Constant(name))
         if isinstance(expr, ast.Call) and not expr.keywords:
             func = expr.func
             if isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS and not expr.args:

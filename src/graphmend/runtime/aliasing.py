@@ -140,6 +140,41 @@ def _watch(context: Any) -> None:
         tracer.symbolic_locals["recorded"] = ConstantVariable.create(True)
 
 
+def stored_alias(
+    targets: Sequence[Any], then_arguments: Sequence[Any], else_arguments: Sequence[Any]
+) -> bool:
+    """Whether a tensor a site stores into by index may share an element with another
+    of ``targets``, or with a second tensor given to a branch (a view of it, another name
+    for it, a list holding it).  A branch stores into a copy: through that other tensor
+    it would read the values from before the store, and the write-backs of two targets
+    would undo each other.  True where that cannot be checked.  Called only while
+    tracing."""
+    aliased = True  # set by _stored_alias while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_stored_alias)
+    return aliased
+
+
+def _stored_alias(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`stored_alias`."""
+    try:
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        targets = fakes(context.get_local("targets"))
+        arms = [fakes(context.get_local(name)) for name in ("then_arguments", "else_arguments")]
+        from torch._dynamo.variables import ConstantVariable
+    except (AttributeError, KeyError, TypeError):
+        return  # a release without these internals
+    # Each target is read by both branches (it is among their results): one argument
+    # sharing its memory is itself, a second one is another way to its elements.
+    aliased = any(
+        _may_share_an_element([target], targets[i + 1 :]) for i, target in enumerate(targets)
+    ) or any(
+        sum(_may_share_an_element([target], [argument]) for argument in arguments) > 1
+        for target in targets
+        for arguments in arms
+    )
+    tracer.symbolic_locals["aliased"] = ConstantVariable.create(aliased)
+
+
 def record(
     tracer: Any,
     site: attempts.Site,

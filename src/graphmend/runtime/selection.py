@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from graphmend.runtime import cond_layout
-from graphmend.runtime.aliasing import watch
+from graphmend.runtime.aliasing import stored_alias, watch
 from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
@@ -145,6 +145,12 @@ def branch(
         if reason is not None:
             declined("predicate", f"a tensor stored into by index {reason}")
             return None
+    if in_place and stored_alias(in_place, then_arguments, else_arguments):
+        declined(
+            "predicate",
+            "a tensor stored into by index shares memory with another the branches read",
+        )
+        return None
     for module in modules:
         reason = why_impure(module)
         if reason is not None:
