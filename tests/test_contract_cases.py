@@ -267,6 +267,37 @@ def test_branch_values_laid_out_differently_keep_their_if(x):
     alike(source, scenario)
 
 
+@pytest.mark.parametrize("x", [torch.ones(4, 3), -torch.ones(4, 3)])
+def test_branch_values_laid_out_differently_in_a_dimension_of_size_one_keep_their_if(x):
+    # [4, 3, 1, 1] strided (3, 1, 3, 3) is channels-last and (3, 1, 1, 1) contiguous:
+    # they differ only where a dimension has one element, and interpolate lays out its
+    # [4, 3, 2, 2] result by that.  The merged value had the then-branch's strides, and
+    # the caller's .view(-1) of an interpolated else-branch failed while tracing.
+    source = """
+    import torch
+    import torch.nn.functional as F
+    def f(x):
+        if x.sum() > 0:
+            y = x.reshape(4, 1, 1, 3).permute(0, 3, 1, 2) * 2
+        else:
+            y = x.reshape(4, 3, 1, 1) * 3
+        z = F.interpolate(y, size=(2, 2))
+        return y.stride(), z.stride(), z.reshape(-1)
+    def g(x):
+        if x.sum() > 0:
+            y = x.reshape(4, 3, 1, 1) * 3
+        else:
+            y = x.reshape(4, 1, 1, 3).permute(0, 3, 1, 2) * 2
+        return F.interpolate(y, size=(2, 2)).view(-1)
+    """
+
+    def scenario(module, wrap):
+        viewed = wrap(module["g"])(x) if x.sum() > 0 else None  # else: raises eagerly
+        return wrap(module["f"])(x), viewed
+
+    alike(source, scenario)
+
+
 def test_global_store_in_a_branch():
     source = """
     import torch

@@ -271,11 +271,11 @@ def _same_metadata(left: torch.Tensor, right: Any) -> bool:
 
 
 def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:
-    """Equal strides, where they matter: a dimension of size 1 has any stride."""
-    return all(
-        a == b or size == 1
-        for a, b, size in zip(left.stride(), right.stride(), left.shape, strict=True)
-    )
+    """Equal strides, a dimension of size 1 included: the program reads them
+    (``.stride()``), and they decide the memory format of results that an operation
+    lays out like its input (``interpolate`` of ``[4, 3, 1, 1]`` strided ``(3, 1, 3, 3)``
+    is channels-last, of one strided ``(3, 1, 1, 1)`` contiguous)."""
+    return all(a == b for a, b in zip(left.stride(), right.stride(), strict=True))
 
 
 def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> list[bool] | None:
