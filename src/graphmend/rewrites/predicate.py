@@ -294,9 +294,7 @@ class _Site:
     def _module_reads(self, *states: _ArmState) -> list[ast.expr]:
         """The submodules the branches call, read before them without raising."""
         assigned = set().union(*(state.assigned for state in states))
-        return [
-            safe_attribute_chain(module, self.bound - assigned) for module in self.facts.modules
-        ]
+        return [submodule_read(module, self.bound - assigned) for module in self.facts.modules]
 
     def _unpack(self, merged_name: str) -> list[ast.stmt]:
         if self.returns:
@@ -533,7 +531,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
             "branch",
             ast.NamedExpr(target=store(names["cond"]), value=condition),
             *branches,
-            _tuple(safe_attribute_chain(m, self.bound) for m in checker.facts.modules),
+            _tuple(submodule_read(m, self.bound) for m in checker.facts.modules),
             ast.Constant(checker.facts.expensive),
         )
         merged = ast.NamedExpr(target=store(names["merged"]), value=call)
@@ -603,6 +601,15 @@ def safe_attribute_chain(chain: ast.expr, bound: frozenset[str] | set[str]) -> a
     if isinstance(chain, ast.Name) and chain.id in bound:
         return load(chain.id)
     raise Decline(f"it calls {ast.unparse(chain)}..., which may not be bound before the if")
+
+
+def submodule_read(chain: ast.expr, bound: frozenset[str] | set[str]) -> ast.expr:
+    """What a branch calls (``self.proj``, ``h.tril``), read as :func:`safe_attribute_chain`
+    does, its last attribute through ``_@gm_rt.callee``: a tensor's method is no submodule."""
+    if isinstance(chain, ast.Attribute):
+        owner = safe_attribute_chain(chain.value, bound)
+        return runtime_call("callee", owner, ast.Constant(chain.attr))
+    return safe_attribute_chain(chain, bound)
 
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:
