@@ -298,6 +298,47 @@ def test_branch_values_laid_out_differently_in_a_dimension_of_size_one_keep_thei
     alike(source, scenario)
 
 
+TENSOR_KINDS = """
+import torch
+from torch import nn
+
+class Tagged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+WEIGHT = nn.Parameter(torch.ones(3))
+
+def parameter_or_product(x):
+    if x.sum() > 0:
+        y = WEIGHT
+    else:
+        y = WEIGHT * 2
+    return type(y).__name__, y.requires_grad, y.sum()
+
+def subclass_or_tensor(x):
+    tagged = x.as_subclass(Tagged)
+    if x.sum() > 0:
+        y = tagged * 2
+    else:
+        y = x + 1
+    return type(y).__name__, y.as_subclass(torch.Tensor)
+"""
+
+
+@pytest.mark.parametrize("name", ["parameter_or_product", "subclass_or_tensor"])
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)])
+def test_branch_values_of_different_tensor_types_keep_their_if(name, x):
+    # torch.where of a Parameter (under no_grad) and a tensor is a plain tensor that
+    # does not require grad; of a subclass and a tensor, the subclass: a merged value
+    # was of the other branch's type, or lost requires_grad, when the other was taken.
+    def scenario(module, wrap):
+        with torch.no_grad():
+            return wrap(module[name])(x)
+
+    alike(TENSOR_KINDS, scenario)
+
+
 def test_global_store_in_a_branch():
     source = """
     import torch

@@ -19,9 +19,10 @@ untaken branch (``requires_grad`` set where the original had none, zero
 gradients where it had ``None``, and ``0 * inf = NaN`` through an operation
 with an infinite derivative there).
 
-Either way the results must be tensors of equal shape, dtype, device and layout
-(``torch.where`` would otherwise broadcast or promote, and takes one operand's
-strides) or identical Python values, position by position.  Submodules must be
+Either way the results must be tensors of equal shape, dtype, device, layout, type
+and ``requires_grad`` (``torch.where`` would otherwise broadcast or promote, takes
+one operand's strides and subclass, and under ``no_grad`` makes a parameter a plain
+tensor) or identical Python values, position by position.  Submodules must be
 of a type whose call is pure (``nn.Linear``, norms, activations,
 ``nn.Sequential`` of those, dropout only in eval mode) and carry no hooks.
 """
@@ -205,6 +206,15 @@ def branch(
             # a merged slice is dense: its strides differ from the branch's own
             declined("predicate", "{0} would be laid out unlike the branch's {1}", value, taken)
             return None
+        if isinstance(value, torch.Tensor) and not _same_kind(value, taken):
+            # under no_grad, torch.where of a parameter is a tensor that needs no grad
+            declined(
+                "predicate",
+                "{0} would be another kind of tensor than the branch's {1}",
+                value,
+                taken,
+            )
+            return None
     count = len(merged) - len(in_place)
     for target, update in zip(in_place, merged[count:], strict=True):
         if not (isinstance(target, torch.Tensor) and _same_metadata(target, update)):
@@ -278,6 +288,13 @@ def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:
     return all(a == b for a, b in zip(left.stride(), right.stride(), strict=True))
 
 
+def _same_kind(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """The same type (``torch.where`` gives a subclass where one operand is one, and a
+    plain tensor for parameters) and the same ``requires_grad`` (``is_leaf`` and
+    ``grad_fn`` follow from it for a result made under ``no_grad``)."""
+    return type(left) is type(right) and left.requires_grad == right.requires_grad
+
+
 def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> list[bool] | None:
     """Per result position: True for a tensor pair to select between, False for one shared
     Python value; ``None`` when some pair cannot be merged exactly."""
@@ -292,6 +309,7 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
                 not _same_metadata(left, right)
                 or left.layout != torch.strided
                 or not _same_layout(left, right)
+                or not _same_kind(left, right)
             ):
                 return None
             plan.append(True)
@@ -321,19 +339,23 @@ def _decline_merge(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -
         return
     for position, (left, right) in enumerate(zip(then_values, else_values, strict=True)):
         if _merge_plan((left,), (right,)) is None:
-            laid_out = (
-                " laid out differently"
-                if isinstance(left, torch.Tensor) and _same_metadata(left, right)
-                else ""
-            )
             declined(
                 "predicate",
                 f"result {position + 1}: the then-branch gives {{0}}, the else-branch {{1}}"
-                + laid_out,
+                + _how_alike_tensors_differ(left, right),
                 left,
                 right,
             )
             return
+
+
+def _how_alike_tensors_differ(left: Any, right: Any) -> str:
+    """What tells two tensors of one shape, dtype and device apart, for a message."""
+    if not (isinstance(left, torch.Tensor) and _same_metadata(left, right)):
+        return ""
+    if not _same_kind(left, right):
+        return " of another type, or requires_grad"
+    return " laid out differently"
 
 
 def _identical(left: Any, right: Any) -> bool:
