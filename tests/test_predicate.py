@@ -931,6 +931,23 @@ def memory_of_a_merged_value(x):
         y = x[1:] * 3
     return y + y.storage_offset()
 
+def viewed_or_not(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t[1:]
+    else:
+        y = t[:3] * 2
+    return y + y._is_view()
+
+def version_of_a_merged_value(x):
+    t = x * 2
+    t.add_(1)
+    if x.sum() > 0:
+        y = t
+    else:
+        y = t * 2
+    return y + y._version
+
 def one_tensor_twice(x):
     t = x * 2
     if x.sum() > 0:
@@ -1021,6 +1038,19 @@ def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
         torch._dynamo.reset()
         compiled = torch.compile(getattr(rewritten, name), backend="eager")
         assert same(compiled(x), getattr(plain, name)(x))
+
+
+@pytest.mark.parametrize("name", ["viewed_or_not", "version_of_a_merged_value"])
+def test_a_merged_value_whose_view_or_version_is_read_keeps_the_if(load_both, name):
+    # `y._is_view()` (a break, read eagerly after it) and `y._version` tell a merged y,
+    # a new tensor, from the view or the updated tensor the branch gives.
+    plain, rewritten = load_both(ALIASED_AND_UPDATED)
+    for sign in (1.0, -1.0):
+        x = sign * torch.arange(1.0, 5.0)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            compiled = torch.compile(getattr(rewritten, name), backend="eager")
+            assert same(compiled(x), getattr(plain, name)(x))
 
 
 @pytest.mark.parametrize("name", ["one_tensor_twice", "one_tensor_from_two_sites"])

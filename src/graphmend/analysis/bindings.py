@@ -266,9 +266,18 @@ def _updates_in_place(node: ast.AST, views: frozenset[str]) -> bool:
     return any(k.arg == "out" and _is_any(k.value, views) for k in node.keywords)
 
 
-#: What a tensor tells of its memory, and so of which tensor it is.
+#: What a tensor tells of its memory or its history, and so of which tensor it is.
 _MEMORY_ATTRIBUTES = frozenset(
-    {"data_ptr", "untyped_storage", "storage", "storage_offset", "is_set_to", "_base"}
+    {
+        "data_ptr",
+        "untyped_storage",
+        "storage",
+        "storage_offset",
+        "is_set_to",
+        "_base",
+        "_is_view",
+        "_version",
+    }
 )
 
 
