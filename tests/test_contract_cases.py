@@ -316,6 +316,14 @@ def parameter_or_product(x):
         y = WEIGHT * 2
     return type(y).__name__, y.requires_grad, y.sum()
 
+def conjugate_view_or_product(x):
+    c = torch.complex(x, -x).repeat(2, 1)
+    if x.sum() > 0:
+        y = c.mH
+    else:
+        y = c.mT * 2
+    return y.is_conj(), y * 1
+
 def subclass_or_tensor(x):
     tagged = x.as_subclass(Tagged)
     if x.sum() > 0:
@@ -326,12 +334,15 @@ def subclass_or_tensor(x):
 """
 
 
-@pytest.mark.parametrize("name", ["parameter_or_product", "subclass_or_tensor"])
+@pytest.mark.parametrize(
+    "name", ["parameter_or_product", "subclass_or_tensor", "conjugate_view_or_product"]
+)
 @pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)])
 def test_branch_values_of_different_tensor_types_keep_their_if(name, x):
     # torch.where of a Parameter (under no_grad) and a tensor is a plain tensor that
     # does not require grad; of a subclass and a tensor, the subclass: a merged value
-    # was of the other branch's type, or lost requires_grad, when the other was taken.
+    # was of the other branch's type, or lost requires_grad, when the other was taken;
+    # of a conjugate view (c.mH) and a tensor, a tensor without the conjugate bit.
     def scenario(module, wrap):
         with torch.no_grad():
             return wrap(module[name])(x)

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from graphmend.runtime import cond_layout
-from graphmend.runtime.aliasing import watch
+from graphmend.runtime.aliasing import lazy_views, watch
 from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
@@ -183,6 +183,9 @@ def branch(
     if plan is None:
         _decline_merge(then_values, else_values)
         return None
+    if lazy_views(_selected_pairs(plan, then_values, else_values)):
+        declined("predicate", "a branch gives a conjugate or negative view, a merge would not")
+        return None
     if _records_gradients(then_values + else_values):
         declined("predicate", "autograd records and a result requires grad")
         return None
@@ -263,6 +266,18 @@ def _why_not_writable(target: Any) -> str | None:
     ):
         return "has elements that share memory"
     return None
+
+
+def _selected_pairs(
+    plan: list[bool], then_values: tuple[Any, ...], else_values: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The branches' tensors that the plan selects between, both of each pair."""
+    return tuple(
+        value
+        for left, right, is_tensor in zip(then_values, else_values, plan, strict=True)
+        if is_tensor
+        for value in (left, right)
+    )
 
 
 def _records_gradients(values: tuple[Any, ...]) -> bool:
