@@ -931,6 +931,14 @@ def memory_of_a_merged_value(x):
         y = x[1:] * 3
     return y + y.storage_offset()
 
+def read_by_absolute_offset(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t[1:]
+    else:
+        y = x[1:] * 3
+    return y.as_strided((2,), (1,), 0) + torch.as_strided(y, (2,), (1,), 0)
+
 def viewed_or_not(x):
     t = x * 2
     if x.sum() > 0:
@@ -1026,10 +1034,12 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
         "identity_in_a_method",
         "identity_of_a_conditional",
         "memory_of_a_merged_value",
+        "read_by_absolute_offset",
     ],
 )
 def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
-    # `y is t`, `(y, x)[0] is t`, `id(y)`, `y.storage_offset()`, and `a is b` in a
+    # `y is t`, `(y, x)[0] is t`, `id(y)`, `y.storage_offset()`, `y.as_strided(..., 0)`
+    # (which reads the storage from its start: t[0] for y = t[1:]), and `a is b` in a
     # function of the module y is passed to (as far as three calls down): a merged y is
     # a new tensor, never the one the branch gave.
     plain, rewritten = load_both(ALIASED_AND_UPDATED)
