@@ -267,6 +267,89 @@ def test_branch_values_laid_out_differently_keep_their_if(x):
     alike(source, scenario)
 
 
+@pytest.mark.parametrize("x", [torch.ones(4, 3), -torch.ones(4, 3)])
+def test_branch_values_laid_out_differently_in_a_dimension_of_size_one_keep_their_if(x):
+    # [4, 3, 1, 1] strided (3, 1, 3, 3) is channels-last and (3, 1, 1, 1) contiguous:
+    # they differ only where a dimension has one element, and interpolate lays out its
+    # [4, 3, 2, 2] result by that.  The merged value had the then-branch's strides, and
+    # the caller's .view(-1) of an interpolated else-branch failed while tracing.
+    source = """
+    import torch
+    import torch.nn.functional as F
+    def f(x):
+        if x.sum() > 0:
+            y = x.reshape(4, 1, 1, 3).permute(0, 3, 1, 2) * 2
+        else:
+            y = x.reshape(4, 3, 1, 1) * 3
+        z = F.interpolate(y, size=(2, 2))
+        return y.stride(), z.stride(), z.reshape(-1)
+    def g(x):
+        if x.sum() > 0:
+            y = x.reshape(4, 3, 1, 1) * 3
+        else:
+            y = x.reshape(4, 1, 1, 3).permute(0, 3, 1, 2) * 2
+        return F.interpolate(y, size=(2, 2)).view(-1)
+    """
+
+    def scenario(module, wrap):
+        viewed = wrap(module["g"])(x) if x.sum() > 0 else None  # else: raises eagerly
+        return wrap(module["f"])(x), viewed
+
+    alike(source, scenario)
+
+
+TENSOR_KINDS = """
+import torch
+from torch import nn
+
+class Tagged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+WEIGHT = nn.Parameter(torch.ones(3))
+
+def parameter_or_product(x):
+    if x.sum() > 0:
+        y = WEIGHT
+    else:
+        y = WEIGHT * 2
+    return type(y).__name__, y.requires_grad, y.sum()
+
+def conjugate_view_or_product(x):
+    c = torch.complex(x, -x).repeat(2, 1)
+    if x.sum() > 0:
+        y = c.mH
+    else:
+        y = c.mT * 2
+    return y.is_conj(), y * 1
+
+def subclass_or_tensor(x):
+    tagged = x.as_subclass(Tagged)
+    if x.sum() > 0:
+        y = tagged * 2
+    else:
+        y = x + 1
+    return type(y).__name__, y.as_subclass(torch.Tensor)
+"""
+
+
+@pytest.mark.parametrize(
+    "name", ["parameter_or_product", "subclass_or_tensor", "conjugate_view_or_product"]
+)
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)])
+def test_branch_values_of_different_tensor_types_keep_their_if(name, x):
+    # torch.where of a Parameter (under no_grad) and a tensor is a plain tensor that
+    # does not require grad; of a subclass and a tensor, the subclass: a merged value
+    # was of the other branch's type, or lost requires_grad, when the other was taken;
+    # of a conjugate view (c.mH) and a tensor, a tensor without the conjugate bit.
+    def scenario(module, wrap):
+        with torch.no_grad():
+            return wrap(module[name])(x)
+
+    alike(TENSOR_KINDS, scenario)
+
+
 def test_global_store_in_a_branch():
     source = """
     import torch

@@ -266,15 +266,33 @@ def _updates_in_place(node: ast.AST, views: frozenset[str]) -> bool:
     return any(k.arg == "out" and _is_any(k.value, views) for k in node.keywords)
 
 
-#: What a tensor tells of its memory, and so of which tensor it is.
+#: What a tensor tells of its memory or its history, and so of which tensor it is.
 _MEMORY_ATTRIBUTES = frozenset(
-    {"data_ptr", "untyped_storage", "storage", "storage_offset", "is_set_to", "_base"}
+    {
+        "data_ptr",
+        "untyped_storage",
+        "storage",
+        "storage_offset",
+        "is_set_to",
+        "_base",
+        "_is_view",
+        "_version",
+        "as_strided",
+    }
 )
+#: ``torch`` functions that read a tensor argument's memory: ``torch.as_strided(y, ...)``.
+_MEMORY_FUNCTIONS = frozenset({"as_strided"})
 
 
 def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
     if isinstance(node, ast.Attribute) and node.attr in _MEMORY_ATTRIBUTES:
         return _is_any(node.value, views)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _MEMORY_FUNCTIONS
+    ):
+        return any(_is_any(argument, views) for argument in node.args)
     if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
         return any(

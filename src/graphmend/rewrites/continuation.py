@@ -70,6 +70,8 @@ _FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval", "dir"})
 #: Tensor attributes that tell a strided view from a dense copy of it.
 _LAYOUT_READS = frozenset(
     {
+        "_base",
+        "_is_view",
         "stride",
         "is_contiguous",
         "is_non_overlapping_and_dense",

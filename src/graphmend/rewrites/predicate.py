@@ -302,7 +302,7 @@ class _Site:
         assigned = set().union(*(state.assigned for state in states))
         class_name = self.rewriter.enclosing.class_name
         return [
-            safe_attribute_chain(module, self.bound - assigned, class_name)
+            submodule_read(module, self.bound - assigned, class_name)
             for module in self.facts.modules
         ]
 
@@ -577,7 +577,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
             ast.NamedExpr(target=store(names["cond"]), value=condition),
             *branches,
             _tuple(
-                safe_attribute_chain(m, self.bound, self.rewriter.enclosing.class_name)
+                submodule_read(m, self.bound, self.rewriter.enclosing.class_name)
                 for m in checker.facts.modules
             ),
             ast.Constant(checker.facts.expensive),
@@ -652,6 +652,17 @@ def safe_attribute_chain(
     if isinstance(chain, ast.Name) and chain.id in bound:
         return load(chain.id)
     raise Decline(f"it calls {ast.unparse(chain)}..., which may not be bound before the if")
+
+
+def submodule_read(
+    chain: ast.expr, bound: frozenset[str] | set[str], class_name: str | None
+) -> ast.expr:
+    """What a branch calls (``self.proj``, ``h.tril``), read as :func:`safe_attribute_chain`
+    does, its last attribute through ``_@gm_rt.callee``: a tensor's method is no submodule."""
+    if isinstance(chain, ast.Attribute):
+        owner = safe_attribute_chain(chain.value, bound, class_name)
+        return runtime_call("callee", owner, ast.Constant(mangled(chain.attr, class_name)))
+    return safe_attribute_chain(chain, bound, class_name)
 
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:

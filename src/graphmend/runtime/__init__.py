@@ -28,7 +28,7 @@ from graphmend.runtime.deferral import (
     tensor_free,
     warnings_may_raise,
 )
-from graphmend.runtime.reading import attribute, metadata, sequence, type_name
+from graphmend.runtime.reading import attribute, callee, metadata, sequence, type_name
 from graphmend.runtime.searches import as_written, search_site
 from graphmend.runtime.selection import assign_item, branch
 from graphmend.runtime.tracing import tracing
@@ -46,6 +46,7 @@ __all__ = [
     "assign_item",
     "attribute",
     "branch",
+    "callee",
     "capture",
     "carriable",
     "compare",

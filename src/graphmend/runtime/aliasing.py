@@ -175,6 +175,28 @@ def _stored_alias(context: Any) -> None:
     tracer.symbolic_locals["aliased"] = ConstantVariable.create(aliased)
 
 
+def lazy_views(values: Sequence[Any]) -> bool:
+    """Whether a tensor among ``values`` is a conjugate or negative view (``c.mH``,
+    ``c.mH.imag``), which a tensor ``torch.where`` makes is not.  TorchDynamo cannot
+    ask (``is_conj()`` breaks the graph): their fake tensors are asked; True where they
+    cannot be."""
+    found = True  # set by _find_lazy_views while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_find_lazy_views)
+    return found
+
+
+def _find_lazy_views(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`lazy_views`."""
+    try:
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        tensors = fakes(context.get_local("values"))
+        from torch._dynamo.variables import ConstantVariable
+    except (AttributeError, KeyError, TypeError):
+        return  # a release without these internals
+    lazy = any(tensor.is_conj() or tensor.is_neg() for tensor in tensors)
+    tracer.symbolic_locals["found"] = ConstantVariable.create(lazy)
+
+
 def record(
     tracer: Any,
     site: attempts.Site,

@@ -98,7 +98,23 @@ def _fresh(result: tuple[Any]) -> tuple[Any]:
     its inputs nor be slices of a larger tensor.  A dense tensor keeps its strides (a
     transposed result stays transposed, as the original returns it); the branches' must
     then agree, or ``torch.cond`` refuses them and the original ``if`` runs."""
-    return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, result)
+    return torch.utils._pytree.tree_map_only(torch.Tensor, _copy, result)
+
+
+def _copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy the caller cannot tell from ``tensor`` but by identity; raises (``torch.cond``
+    then fails to capture the branch, and the original ``if`` runs) for a strided view,
+    whose copy is dense, and for a tensor subclass, which ``torch.cond`` gives as a
+    plain tensor."""
+    if type(tensor) is not torch.Tensor or cond_layout.strided_view(tensor):
+        raise TypeError(_UNCOPIABLE)
+    return torch.clone(tensor)
+
+
+_UNCOPIABLE = (
+    "a result is a strided view (a slice, an expanded tensor) or a tensor subclass: "
+    "torch.cond would give a dense torch.Tensor"
+)
 
 
 def _capture(context: Any) -> None:

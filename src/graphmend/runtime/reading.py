@@ -22,6 +22,17 @@ def attribute(owner: Any, name: str) -> Any:
     return MISSING if owner is MISSING else getattr(owner, name, MISSING)
 
 
+#: What :func:`callee` reads for a method of a tensor.
+TENSOR_METHOD = object()
+
+
+def callee(owner: Any, name: str) -> Any:
+    """``owner.name``, where a branch calls it and it may be a submodule; for a tensor's
+    method :data:`TENSOR_METHOD`: it is no submodule, and TorchDynamo cannot tell the
+    type of a computed tensor's bound method (``isinstance`` of it breaks the graph)."""
+    return TENSOR_METHOD if isinstance(owner, torch.Tensor) else attribute(owner, name)
+
+
 def metadata(value: Any, query: str) -> Any:
     """``value.size()``/``dim()``/``numel()``/``len(value)`` of a tensor, or :data:`MISSING`."""
     if not isinstance(value, torch.Tensor) or (query == "__len__" and value.dim() == 0):

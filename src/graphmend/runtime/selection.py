@@ -19,9 +19,10 @@ untaken branch (``requires_grad`` set where the original had none, zero
 gradients where it had ``None``, and ``0 * inf = NaN`` through an operation
 with an infinite derivative there).
 
-Either way the results must be tensors of equal shape, dtype, device and layout
-(``torch.where`` would otherwise broadcast or promote, and takes one operand's
-strides) or identical Python values, position by position.  Submodules must be
+Either way the results must be tensors of equal shape, dtype, device, layout, type
+and ``requires_grad`` (``torch.where`` would otherwise broadcast or promote, takes
+one operand's strides and subclass, and under ``no_grad`` makes a parameter a plain
+tensor) or identical Python values, position by position.  Submodules must be
 of a type whose call is pure (``nn.Linear``, norms, activations,
 ``nn.Sequential`` of those, dropout only in eval mode) and carry no hooks.
 """
@@ -36,7 +37,7 @@ import torch
 from torch import nn
 
 from graphmend.runtime import cond_layout
-from graphmend.runtime.aliasing import stored_alias, watch
+from graphmend.runtime.aliasing import lazy_views, stored_alias, watch
 from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
@@ -188,6 +189,9 @@ def branch(
     if plan is None:
         _decline_merge(then_values, else_values)
         return None
+    if lazy_views(_selected_pairs(plan, then_values, else_values)):
+        declined("predicate", "a branch gives a conjugate or negative view, a merge would not")
+        return None
     if _records_gradients(then_values + else_values):
         declined("predicate", "autograd records and a result requires grad")
         return None
@@ -210,6 +214,15 @@ def branch(
         if isinstance(value, torch.Tensor) and not _same_layout(value, taken):
             # a merged slice is dense: its strides differ from the branch's own
             declined("predicate", "{0} would be laid out unlike the branch's {1}", value, taken)
+            return None
+        if isinstance(value, torch.Tensor) and not _same_kind(value, taken):
+            # under no_grad, torch.where of a parameter is a tensor that needs no grad
+            declined(
+                "predicate",
+                "{0} would be another kind of tensor than the branch's {1}",
+                value,
+                taken,
+            )
             return None
     count = len(merged) - len(in_place)
     for target, update in zip(in_place, merged[count:], strict=True):
@@ -261,6 +274,18 @@ def _why_not_writable(target: Any) -> str | None:
     return None
 
 
+def _selected_pairs(
+    plan: list[bool], then_values: tuple[Any, ...], else_values: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The branches' tensors that the plan selects between, both of each pair."""
+    return tuple(
+        value
+        for left, right, is_tensor in zip(then_values, else_values, plan, strict=True)
+        if is_tensor
+        for value in (left, right)
+    )
+
+
 def _records_gradients(values: tuple[Any, ...]) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(value, torch.Tensor) and value.requires_grad for value in values
@@ -277,11 +302,18 @@ def _same_metadata(left: torch.Tensor, right: Any) -> bool:
 
 
 def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:
-    """Equal strides, where they matter: a dimension of size 1 has any stride."""
-    return all(
-        a == b or size == 1
-        for a, b, size in zip(left.stride(), right.stride(), left.shape, strict=True)
-    )
+    """Equal strides, a dimension of size 1 included: the program reads them
+    (``.stride()``), and they decide the memory format of results that an operation
+    lays out like its input (``interpolate`` of ``[4, 3, 1, 1]`` strided ``(3, 1, 3, 3)``
+    is channels-last, of one strided ``(3, 1, 1, 1)`` contiguous)."""
+    return all(a == b for a, b in zip(left.stride(), right.stride(), strict=True))
+
+
+def _same_kind(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """The same type (``torch.where`` gives a subclass where one operand is one, and a
+    plain tensor for parameters) and the same ``requires_grad`` (``is_leaf`` and
+    ``grad_fn`` follow from it for a result made under ``no_grad``)."""
+    return type(left) is type(right) and left.requires_grad == right.requires_grad
 
 
 def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> list[bool] | None:
@@ -298,6 +330,7 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
                 not _same_metadata(left, right)
                 or left.layout != torch.strided
                 or not _same_layout(left, right)
+                or not _same_kind(left, right)
             ):
                 return None
             plan.append(True)
@@ -327,19 +360,23 @@ def _decline_merge(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -
         return
     for position, (left, right) in enumerate(zip(then_values, else_values, strict=True)):
         if _merge_plan((left,), (right,)) is None:
-            laid_out = (
-                " laid out differently"
-                if isinstance(left, torch.Tensor) and _same_metadata(left, right)
-                else ""
-            )
             declined(
                 "predicate",
                 f"result {position + 1}: the then-branch gives {{0}}, the else-branch {{1}}"
-                + laid_out,
+                + _how_alike_tensors_differ(left, right),
                 left,
                 right,
             )
             return
+
+
+def _how_alike_tensors_differ(left: Any, right: Any) -> str:
+    """What tells two tensors of one shape, dtype and device apart, for a message."""
+    if not (isinstance(left, torch.Tensor) and _same_metadata(left, right)):
+        return ""
+    if not _same_kind(left, right):
+        return " of another type, or requires_grad"
+    return " laid out differently"
 
 
 def _identical(left: Any, right: Any) -> bool:
