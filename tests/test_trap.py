@@ -196,6 +196,54 @@ def test_a_changing_float_in_a_message_recompiles_once_not_for_every_value(
     assert _outcome(compiled, torch.full((3,), 20.0), 0.1 + 0.2, 3, True) == expected
 
 
+CAPTURED_NUMBER = """
+import torch
+
+def f(x):
+    n = int((x > 0).sum().item())
+    if (x < -100).any():
+        raise ValueError(f"{n} positive")
+    return x + n
+"""
+
+
+_KEEPS_NUMBER_MESSAGES = dynamo_support.torch_release(torch.__version__) < (2, 6)
+
+
+@pytest.mark.parametrize(
+    "fullgraph",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(
+                _KEEPS_NUMBER_MESSAGES,
+                reason="torch 2.5 pins floats: a guard whose message formats a number "
+                "keeps its break",
+            ),
+        ),
+    ],
+)
+def test_a_number_captured_from_item_travels_into_the_message(load_both, fullgraph):
+    # Under capture_scalar_outputs (implied by fullgraph=True) n is a number TorchDynamo
+    # captured from .item(): checking that it fits an int64 guarded on its data, a graph
+    # break inside GraphMend's runtime (the guard was not lowered; fullgraph failed).
+    plain, rewritten = load_both(CAPTURED_NUMBER)
+    calls = [(torch.ones(3),), (-torch.ones(3),), (torch.ones(4),)]
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        plain_graphs, _ = _graphs_and_breaks(plain.f, *calls)
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(rewritten.f, backend=counter, fullgraph=fullgraph)
+        for (x,) in calls:
+            assert torch.equal(compiled(x), plain.f(x))
+        bad = torch.full((3,), -1000.0)
+        assert _outcome(compiled, bad) == _outcome(plain.f, bad)
+    assert counter.frame_count <= plain_graphs
+    if not _KEEPS_NUMBER_MESSAGES:
+        assert counter.frame_count == 2  # one graph per shape
+
+
 def test_inductor_raises_the_original_exception(guards):
     """Not marked ``inductor``: it runs on the torch floor too, whose TorchInductor drops
     an operator with no outputs (the guard then never fired): there the guard keeps its
