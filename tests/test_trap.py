@@ -79,6 +79,11 @@ def _outcome(function, *args):
         return type(error), str(error)
 
 
+def _listed(outcome):
+    kind, value = outcome
+    return kind, value.tolist() if isinstance(value, torch.Tensor) else value
+
+
 # The aot_eager backend of torch 2.5 and 2.6 runs the graph with torch.fx.Interpreter, which
 # appends "While executing <node>" to the message of any exception raised in it.
 def _names(code: types.CodeType) -> set[str]:
@@ -242,6 +247,40 @@ def test_a_number_captured_from_item_travels_into_the_message(load_both, fullgra
     assert counter.frame_count <= plain_graphs
     if not _KEEPS_NUMBER_MESSAGES:
         assert counter.frame_count == 2  # one graph per shape
+
+
+SELECTED_EQUAL = """
+import torch
+
+def f(x):
+    a = x[x > 0.5]
+    b = x[x > 0.4]
+    if not torch.equal(a, b):
+        raise ValueError("differ")
+    return x + 1
+"""
+
+
+def test_equal_of_sizes_captured_from_a_selection_keeps_plain_compiles_graphs(load_both):
+    # Under capture_dynamic_output_shape_ops the sizes of a and b are unbacked: comparing
+    # them broke the graph inside GraphMend's runtime, whose functions the frame resumed
+    # eagerly then ran; TorchDynamo compiled them as frames of their own (more graphs
+    # than plain), and open_site, compiled alone, failed the call with an
+    # InternalTorchDynamoError where plain compile runs.
+    plain, rewritten = load_both(SELECTED_EQUAL)
+    generator = torch.Generator().manual_seed(0)
+    calls = [torch.rand(4, 5, generator=generator) + 0.1 for _ in range(2)]
+    calls = [calls[0], -calls[1], torch.rand(6, 5, generator=generator) + 0.1]
+    graphs = {}
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            compiled = torch.compile(module.f, backend=counter)
+            outcomes = [_listed(_outcome(compiled, x)) for x in calls]
+        assert outcomes == [_listed(_outcome(plain.f, x)) for x in calls]
+        graphs[module] = counter.frame_count
+    assert graphs[rewritten] <= graphs[plain]
 
 
 def test_inductor_raises_the_original_exception(guards):

@@ -50,6 +50,7 @@ from graphmend.runtime.formatting import (
     formattable_now,
     symbolic_while_tracing,
 )
+from graphmend.runtime.tracing import tracing
 
 
 def _sync_on_cuda() -> bool:
@@ -163,7 +164,7 @@ def lowerable(condition: Any, *earlier: Any) -> bool:
     """Whether :func:`lower_guard` can put this guard into the graph (message not built
     yet).  Opens the guard's site (``attempts.open_site``): building the message may
     guard on a number argument's value, which :func:`lower_guard` takes back."""
-    return _lowerable(condition, *earlier) and open_site("trap") is None
+    return tracing() and _lowerable(condition, *earlier) and open_site("trap") is None
 
 
 def _lowerable(condition: Any, *earlier: Any) -> bool:
