@@ -284,6 +284,38 @@ def test_values_known_while_tracing_are_carried_out_of_the_graph(load_rewritten,
     assert "torch.Size([5, 3])" in eager[2][1] and "3.25" in eager[2][1]
 
 
+CAPTURED_NUMBER = """
+import torch
+
+def f(x):
+    n = int((x > 0).sum().item())
+    print("positive:", n, "of", x.shape)
+    return x + n
+"""
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_a_number_captured_from_item_is_carried_out_of_the_graph(load_both, capsys, fullgraph):
+    # Under capture_scalar_outputs (implied by fullgraph=True) n is a number TorchDynamo
+    # captured from .item(): checking that it fits an int64 guarded on its data, a graph
+    # break inside GraphMend's runtime, and then one at the call: more graphs than plain.
+    plain, rewritten = load_both(CAPTURED_NUMBER)
+    calls = [torch.ones(3), -torch.ones(3), torch.ones(4)]
+    expected = [plain.f(x) for x in calls]
+    printed = capsys.readouterr().out
+    graphs = {}
+    for module, whole in ((plain, False), (rewritten, fullgraph)):
+        torch._dynamo.reset()
+        counter = torch._dynamo.testing.CompileCounter()
+        with torch._dynamo.config.patch(capture_scalar_outputs=True):
+            compiled = torch.compile(module.f, backend=counter, fullgraph=whole)
+            for x, result in zip(calls, expected, strict=True):
+                assert torch.equal(compiled(x), result)
+        assert capsys.readouterr().out == printed
+        graphs[module] = counter.frame_count
+    assert graphs[rewritten] == 2 < graphs[plain]  # one graph per shape
+
+
 def findings_for(source: str):
     import textwrap
 

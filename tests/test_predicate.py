@@ -381,6 +381,39 @@ def test_gradients_recorded_keep_the_original_branch(patterns):
         assert bitwise_equal(x_compiled.grad, x_eager.grad)
 
 
+CAPTURED_LENGTH = """
+import torch
+
+def f(x):
+    n = int((x > 0.5).sum().item())
+    if x.sum() > 0:
+        y = x[:n] * 2
+    else:
+        y = x[:n] - 1
+    return y
+"""
+
+
+def test_arms_sized_by_a_captured_number_keep_the_break_without_more_graphs(load_both):
+    # Under capture_scalar_outputs each arm's x[:n] has a size TorchDynamo captured from
+    # data; comparing the two sizes for the merge guarded on data, a graph break inside
+    # GraphMend's runtime before the one at the if: 6 graphs against plain's 5.
+    plain, rewritten = load_both(CAPTURED_LENGTH)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 5, generator=generator) + 0.1
+    calls = [x, -x, torch.rand(6, 5, generator=generator) + 0.1]
+    graphs = {}
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        with torch._dynamo.config.patch(capture_scalar_outputs=True):
+            compiled = torch.compile(module.f, backend=counter)
+            for x in calls:
+                assert same(compiled(x), plain.f(x))
+        graphs[module] = counter.frame_count
+    assert graphs[rewritten] <= graphs[plain]
+
+
 @pytest.mark.inductor
 def test_inductor_end_to_end(patterns):
     torch._dynamo.reset()

@@ -79,6 +79,11 @@ def _outcome(function, *args):
         return type(error), str(error)
 
 
+def _listed(outcome):
+    kind, value = outcome
+    return kind, value.tolist() if isinstance(value, torch.Tensor) else value
+
+
 # The aot_eager backend of torch 2.5 and 2.6 runs the graph with torch.fx.Interpreter, which
 # appends "While executing <node>" to the message of any exception raised in it.
 def _names(code: types.CodeType) -> set[str]:
@@ -194,6 +199,88 @@ def test_a_changing_float_in_a_message_recompiles_once_not_for_every_value(
     compiled = torch.compile(rewritten, backend="eager")
     expected = _outcome(plain, torch.full((3,), 20.0), 0.1 + 0.2, 3, True)
     assert _outcome(compiled, torch.full((3,), 20.0), 0.1 + 0.2, 3, True) == expected
+
+
+CAPTURED_NUMBER = """
+import torch
+
+def f(x):
+    n = int((x > 0).sum().item())
+    if (x < -100).any():
+        raise ValueError(f"{n} positive")
+    return x + n
+"""
+
+
+_KEEPS_NUMBER_MESSAGES = dynamo_support.torch_release(torch.__version__) < (2, 6)
+
+
+@pytest.mark.parametrize(
+    "fullgraph",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(
+                _KEEPS_NUMBER_MESSAGES,
+                reason="torch 2.5 pins floats: a guard whose message formats a number "
+                "keeps its break",
+            ),
+        ),
+    ],
+)
+def test_a_number_captured_from_item_travels_into_the_message(load_both, fullgraph):
+    # Under capture_scalar_outputs (implied by fullgraph=True) n is a number TorchDynamo
+    # captured from .item(): checking that it fits an int64 guarded on its data, a graph
+    # break inside GraphMend's runtime (the guard was not lowered; fullgraph failed).
+    plain, rewritten = load_both(CAPTURED_NUMBER)
+    calls = [(torch.ones(3),), (-torch.ones(3),), (torch.ones(4),)]
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        plain_graphs, _ = _graphs_and_breaks(plain.f, *calls)
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(rewritten.f, backend=counter, fullgraph=fullgraph)
+        for (x,) in calls:
+            assert torch.equal(compiled(x), plain.f(x))
+        bad = torch.full((3,), -1000.0)
+        assert _outcome(compiled, bad) == _outcome(plain.f, bad)
+    assert counter.frame_count <= plain_graphs
+    if not _KEEPS_NUMBER_MESSAGES:
+        assert counter.frame_count == 2  # one graph per shape
+
+
+SELECTED_EQUAL = """
+import torch
+
+def f(x):
+    a = x[x > 0.5]
+    b = x[x > 0.4]
+    if not torch.equal(a, b):
+        raise ValueError("differ")
+    return x + 1
+"""
+
+
+def test_equal_of_sizes_captured_from_a_selection_keeps_plain_compiles_graphs(load_both):
+    # Under capture_dynamic_output_shape_ops the sizes of a and b are unbacked: comparing
+    # them broke the graph inside GraphMend's runtime, whose functions the frame resumed
+    # eagerly then ran; TorchDynamo compiled them as frames of their own (more graphs
+    # than plain), and open_site, compiled alone, failed the call with an
+    # InternalTorchDynamoError where plain compile runs.
+    plain, rewritten = load_both(SELECTED_EQUAL)
+    generator = torch.Generator().manual_seed(0)
+    calls = [torch.rand(4, 5, generator=generator) + 0.1 for _ in range(2)]
+    calls = [calls[0], -calls[1], torch.rand(6, 5, generator=generator) + 0.1]
+    graphs = {}
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            compiled = torch.compile(module.f, backend=counter)
+            outcomes = [_listed(_outcome(compiled, x)) for x in calls]
+        assert outcomes == [_listed(_outcome(plain.f, x)) for x in calls]
+        graphs[module] = counter.frame_count
+    assert graphs[rewritten] <= graphs[plain]
 
 
 def test_inductor_raises_the_original_exception(guards):

@@ -7,6 +7,10 @@ a rewritten site (:func:`tracing`, a cheap check) or while TorchDynamo traces.
 
 from __future__ import annotations
 
+import sys
+import types
+
+from graphmend.post_import import when_imported
 from graphmend.runtime.conditions import (
     allclose,
     compare,
@@ -74,3 +78,25 @@ __all__ = [
     "type_name",
     "warnings_may_raise",
 ]
+
+
+def _never_frames(_dynamo: object = None) -> None:
+    """Mark every function of the runtime as one TorchDynamo never compiles as a frame.
+
+    The runtime runs in Python where a rewritten frame resumed eagerly after a graph
+    break inside a site (``torch.equal`` of sizes captured from ``nonzero``, a
+    ``raise``); compiled as frames of their own, its helpers made graphs plain compile
+    does not make, and a site opened outside any user frame failed the call
+    (``InternalTorchDynamoError``).  Inlined into a traced frame, they are traced as
+    before: the mark is on the frame, not on the code TorchDynamo inlines."""
+    from graphmend.runtime.dynamo_support import never_compiled
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == __name__ or name.startswith(__name__ + ".")):
+            continue
+        for value in vars(module).values():
+            if isinstance(value, types.FunctionType) and value.__module__ == name:
+                never_compiled(value)
+
+
+when_imported("torch._dynamo", _never_frames)

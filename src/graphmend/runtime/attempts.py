@@ -179,6 +179,9 @@ _LAST_OPENED = "graphmend_last_opened_site"
 #: Why a site traced inside a ``torch.func`` transform keeps its break (see
 #: :mod:`graphmend.runtime.transforms`).
 _INSIDE_A_TRANSFORM = "inside a torch.func transform (vmap, grad...), whose tensors are wrapped"
+#: open_site compiled as a frame of its own: the site's runtime function runs in Python
+#: (its caller's frame resumed eagerly after a graph break), and nothing is traced.
+_RUNS_IN_PYTHON = "its runtime function runs in Python, after a graph break"
 #: Restarts GraphMend asks for in one compile of a frame, at most: TorchDynamo gives up
 #: the frame after 100 restarts (its own, one per graph break, count too).
 _MOST_RESTARTS = 16
@@ -274,7 +277,7 @@ def _open(context: Any) -> None:
         from torch._dynamo.variables import ConstantVariable
     except (AttributeError, ImportError, KeyError, TypeError):
         return  # the attempts say so (call_or_none)
-    kept = site.kept_break() or (_INSIDE_A_TRANSFORM if transform_active() else None)
+    kept = site.kept_break() or _kept_anyway(tracer)
     if kept is not None:
         record_at(context, rewrite, kept)
         tracer.symbolic_locals["kept"] = ConstantVariable.create(kept)
@@ -284,6 +287,13 @@ def _open(context: Any) -> None:
     site.opened = attempt
     setattr(caller, _OPENED, site)
     setattr(tracer.output, _LAST_OPENED, site)
+
+
+def _kept_anyway(tracer: Any) -> str | None:
+    """Why a site keeps its break whatever an attempt would find, or ``None``."""
+    if tracer.parent is None:
+        return _RUNS_IN_PYTHON
+    return _INSIDE_A_TRANSFORM if transform_active() else None
 
 
 def keep_numbers_unpinned() -> None:

@@ -35,7 +35,7 @@ import torch
 
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
-from graphmend.runtime.formatting import assume_constant_result, format_now, known_while_tracing
+from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
 
@@ -74,19 +74,30 @@ def capture(value: Any, carried: bool = True) -> tuple[Any, ...]:
     if isinstance(value, torch.Tensor):
         return ("tensor", value.clone())
     kind = type(value)
-    if kind in (int, float) and known_while_tracing(value):
-        # a constant travels as it is: no tensor made for it, no graph where
-        # the original, breaking at the call, had none
-        return ("value", value)
-    if kind is int and _INT64[0] <= value < _INT64[1]:
-        return ("int", torch.scalar_tensor(value, dtype=torch.int64))
-    if kind is float:
-        return ("float", torch.scalar_tensor(value, dtype=torch.float64))
+    if kind in (int, float):
+        return _capture_number(value)
     if kind in _SEQUENCES:
         tokens: tuple[Any, ...] = (_SEQUENCES[kind], len(value))
         for item in value:
             tokens += capture(item)
         return tokens
+    return ("value", value)
+
+
+def _capture_number(value: int | float) -> tuple[Any, ...]:
+    """:func:`capture` of an ``int`` or a ``float`` (its type, even when symbolic)."""
+    held = held_while_tracing(value)
+    if held == "constant":
+        # a constant travels as it is: no tensor made for it, no graph where
+        # the original, breaking at the call, had none
+        return ("value", value)
+    if type(value) is float:
+        return ("float", torch.scalar_tensor(value, dtype=torch.float64))
+    # A symbolic int is an int64 in the graph; one captured from .item() must not be
+    # compared (a guard on data: a graph break inside GraphMend, where the original
+    # had one at the call).
+    if held == "symbolic" or _INT64[0] <= value < _INT64[1]:
+        return ("int", torch.scalar_tensor(value, dtype=torch.int64))
     return ("value", value)
 
 
@@ -258,6 +269,7 @@ def _enable(_dynamo: object = None) -> None:
         format_now,
         formatting._numbers_known,
         formatting.known_while_tracing,
+        formatting.held_while_tracing,
         formatting.convert,
     )
     for helper in (rebuild, _rebuild_one, render, *called):

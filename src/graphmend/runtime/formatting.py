@@ -66,19 +66,35 @@ def known_while_tracing(value: int | float) -> bool:
     """Whether TorchDynamo holds ``value`` as a constant (a symbolic size or float it
     does not: those travel as tensors).  Under TorchDynamo, ``type()`` says ``int``
     for both; its own variable for the local says which."""
-    known = False  # set by _look while TorchDynamo traces this frame
+    return held_while_tracing(value) == "constant"
+
+
+def symbolic_while_tracing(value: int | float) -> bool:
+    """Whether TorchDynamo holds ``value`` as a symbolic number: a size, a float made
+    dynamic, or a number it captured from ``.item()`` (``capture_scalar_outputs``),
+    which is an int64 or a float64 in the graph, and which GraphMend must not compare
+    (a comparison guards on it: on a captured one it is a graph break).  False where
+    TorchDynamo cannot be asked, and outside it."""
+    return held_while_tracing(value) == "symbolic"
+
+
+def held_while_tracing(value: int | float) -> str:
+    """How TorchDynamo holds the number ``value``: ``"constant"``, ``"symbolic"``, or
+    ``"unknown"`` (outside TorchDynamo, or a release that cannot be asked)."""
+    held = "unknown"  # set by _look while TorchDynamo traces this frame
     torch._dynamo.comptime.comptime(_look)
-    return known
+    return held
 
 
 def _look(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`known_while_tracing`."""
+    """Runs in Python while TorchDynamo traces :func:`held_while_tracing`."""
     try:
         from torch._dynamo.variables import ConstantVariable
 
         known = context.get_local("value").is_python_constant()
         tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        tracer.symbolic_locals["known"] = ConstantVariable.create(known)
+        held = "constant" if known else "symbolic"
+        tracer.symbolic_locals["held"] = ConstantVariable.create(held)
     except (AttributeError, ImportError, KeyError, TypeError):
         return  # another torch release: the value travels as a tensor
 

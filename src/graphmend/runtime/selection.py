@@ -295,10 +295,44 @@ def _records_gradients(values: tuple[Any, ...]) -> bool:
 def _same_metadata(left: torch.Tensor, right: Any) -> bool:
     return (
         isinstance(right, torch.Tensor)
+        and not sizes_undecided(left, right)
         and left.shape == right.shape
         and left.dtype == right.dtype
         and left.device == right.device
     )
+
+
+def sizes_undecided(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """Whether comparing the sizes of ``left`` and ``right`` would guard on data: sizes
+    TorchDynamo captured from data (``nonzero``, ``x[:n]`` of an ``.item()``), not known
+    equal.  Such a guard is a graph break inside GraphMend's runtime, where the original
+    breaks at its ``if``: the site keeps its break.  False outside TorchDynamo."""
+    undecided = False  # set by _decide_sizes while TorchDynamo traces this frame
+    torch._dynamo.comptime.comptime(_decide_sizes)
+    return undecided
+
+
+def _decide_sizes(context: Any) -> None:
+    """Runs in Python while TorchDynamo traces :func:`sizes_undecided`."""
+    try:
+        from torch._dynamo.variables import ConstantVariable
+        from torch.fx.experimental.symbolic_shapes import (
+            free_unbacked_symbols,
+            statically_known_true,
+            sym_eq,
+        )
+
+        left = context.get_local("left").as_fake()
+        right = context.get_local("right").as_fake()
+        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    except (AttributeError, ImportError, KeyError, TypeError):
+        return
+    if left.dim() != right.dim():
+        return  # unequal, known without a guard
+    if not (free_unbacked_symbols(left.shape) or free_unbacked_symbols(right.shape)):
+        return
+    if not statically_known_true(sym_eq(left.shape, right.shape)):
+        tracer.symbolic_locals["undecided"] = ConstantVariable.create(True)
 
 
 def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:

@@ -44,7 +44,13 @@ from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.deferral import effects_pending
 from graphmend.runtime.fallbacks import declined
-from graphmend.runtime.formatting import assume_constant_result, format_now, formattable_now
+from graphmend.runtime.formatting import (
+    assume_constant_result,
+    format_now,
+    formattable_now,
+    symbolic_while_tracing,
+)
+from graphmend.runtime.tracing import tracing
 
 
 def _sync_on_cuda() -> bool:
@@ -91,9 +97,10 @@ def _is_number(value: Any) -> bool:
     # type() rather than isinstance(): an IntEnum must keep its own text; under
     # TorchDynamo the type of a symbolic int, float or bool is int, float, bool.
     # An int beyond int64 cannot be an operator's argument (nor symbolic): it is
-    # formatted now.
+    # formatted now.  A symbolic int is not compared: one captured from .item()
+    # would guard on data.
     if type(value) is int:
-        return _INT64_MIN <= value <= _INT64_MAX
+        return symbolic_while_tracing(value) or _INT64_MIN <= value <= _INT64_MAX
     return type(value) in (float, bool)
 
 
@@ -157,7 +164,7 @@ def lowerable(condition: Any, *earlier: Any) -> bool:
     """Whether :func:`lower_guard` can put this guard into the graph (message not built
     yet).  Opens the guard's site (``attempts.open_site``): building the message may
     guard on a number argument's value, which :func:`lower_guard` takes back."""
-    return _lowerable(condition, *earlier) and open_site("trap") is None
+    return tracing() and _lowerable(condition, *earlier) and open_site("trap") is None
 
 
 def _lowerable(condition: Any, *earlier: Any) -> bool:
