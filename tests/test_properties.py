@@ -252,6 +252,15 @@ COUNTEREXAMPLES = {
         (Call(((-1.0, 2.0, 0.5, -1.0),), 3.5), Call(((0.0, 0.0, 0.0, 0.0),), 1.5)),
         grad=False,
     ),
+    # Found by the outputs-and-guards property: the second site's merged x leaves the
+    # graph, its else branch gives the first site's merged x, whose else branch is the
+    # caller's: the original returns the caller's tensor, which no check followed.
+    "a-merged-value-given-back-through-a-second-site": Program(
+        "if (x == 0.0).all():\n    x = self.lin(x)\nif x.sum() > t:\n    x = x.abs()\n"
+        "return (x, self.buf)\n",
+        (Call(((0.0, -1.0, 1.0, 0.5),), 3.5),),
+        grad=False,
+    ),
     "merged-results-that-are-one-tensor": Program(
         "y = x * 2\nif x.sum() > 0:\n    a = y\n    b = y\nelse:\n    a = x * 3\n"
         "    b = x * 4\nreturn (a, b)\n",

@@ -12,7 +12,9 @@ reading the other, or by getting both:
   counter, which a traced in-place update bumps in the fake tensor too);
 * the merged tensor leaving the graph while a branch's tensor, or one sharing
   its memory, is a graph input or leaves it too: the caller holds two tensors
-  where the original holds one, and may update either after the call;
+  where the original holds one, and may update either after the call (a
+  branch's tensor that another site merged stands for what that site's branches
+  give);
 * two merged tensors leaving the graph whose branches may give tensors sharing an
   element (``a = t; b = t``, in one site or two): the original returns one tensor
   twice, and the caller's update of one shows in the other.
@@ -106,12 +108,47 @@ class _Merge:
         self, outputs: set[StorageWeakRef]
     ) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
         """The merged tensors among ``outputs`` (the storages that leave the graph), each
-        with the branch tensors the original could give in its place."""
-        if self.paired:
-            groups = [(m, self.branches[2 * i : 2 * i + 2]) for i, m in enumerate(self.merged)]
-        else:
-            groups = [(m, self.branches) for m in self.merged]
-        return [(m, tensors) for m, tensors in groups if _storages([m]) & outputs]
+        with the tensors the original could give in its place: the branches', and where
+        a branch gives a tensor another site merged (or a view of one), what that site's
+        branches give in its place, and so on (``if c: x = lin(x)`` then ``if d: x =
+        x.abs()``: the original may return the caller's ``x``)."""
+        groups = [(m, self._branches_of(m)) for m in self.merged]
+        peers = [
+            peer
+            for peer in attempts.checks_before_compiling(self.output)
+            if isinstance(peer, _Merge) and peer is not self
+        ]
+        return [
+            (m, _standing_for(tensors, peers)) for m, tensors in groups if _storages([m]) & outputs
+        ]
+
+    def _branches_of(self, merged: torch.Tensor) -> list[torch.Tensor]:
+        """The branch tensors the original could give in place of ``merged``."""
+        if not self.paired:
+            return self.branches
+        index = next(i for i, m in enumerate(self.merged) if m is merged)
+        return self.branches[2 * index : 2 * index + 2]
+
+
+def _standing_for(tensors: list[torch.Tensor], peers: list[_Merge]) -> list[torch.Tensor]:
+    """``tensors`` and, for each that shares memory with a tensor another merge made,
+    the tensors that merge's branches give in its place, until none is added."""
+    found = list(tensors)
+    remaining = list(peers)
+    while remaining:
+        storages = _storages(found)
+        expanding = [
+            (peer, merged)
+            for peer in remaining
+            for merged in peer.merged
+            if _storages([merged]) & storages
+        ]
+        if not expanding:
+            break
+        for peer, merged in expanding:
+            found += peer._branches_of(merged)
+        remaining = [peer for peer in remaining if all(peer is not p for p, _ in expanding)]
+    return found
 
 
 def watch(merged: Sequence[Any], branches: Sequence[Any]) -> bool:
