@@ -366,20 +366,21 @@ class _Site:
         """The arm's statements with stores made local; raises :class:`Decline`."""
         transformed: list[ast.stmt] = []
         for statement in arm:
+            stored_before = frozenset(state.slots)
             self._check_reads(statement, state)
             transformed.extend(self._transform_statement(statement, state))
+            if stored_before:
+                # after the statement's own checks, whose reasons say more
+                self._check_no_way_around_the_copy(_reads(statement), stored_before)
         return transformed
 
     def _check_reads(self, statement: ast.stmt, state: _ArmState) -> None:
         """A branch may read only what is bound."""
-        reads = [statement.test] if isinstance(statement, ast.If) else [statement]
-        for name in sorted(self.rewriter.local_reads(reads)):
+        for name in sorted(self.rewriter.local_reads(_reads(statement))):
             if name not in state.assigned and name not in self.bound:
                 raise Decline(f"a branch reads {name}, which may be unbound before the if")
-        if state.slots:
-            self._check_no_way_around_the_copy(reads, state)
 
-    def _check_no_way_around_the_copy(self, reads: list[ast.AST], state: _ArmState) -> None:
+    def _check_no_way_around_the_copy(self, reads: list[ast.AST], slots: frozenset[str]) -> None:
         """After a store by index the branch holds a copy of the tensor stored into; an
         attribute (``self.buf``, where ``h = self.buf``) may hold the tensor itself, whose
         values from before the store it would read.  (Tensors the branch is given are
@@ -392,12 +393,12 @@ class _Site:
                 and id(node) not in called
                 and node.attr not in _METADATA
                 and isinstance(node.value, ast.Name)
-                and node.value.id not in state.slots
+                and node.value.id not in slots
                 and self.rewriter.local_reads([node.value])
             ) or (isinstance(node, ast.Name) and self._module_variable(node.id)):
                 raise Decline(
                     f"a branch reads {ast.unparse(node)} after storing into "
-                    f"{min(state.slots)} by index: it may hold the tensor stored into"
+                    f"{min(slots)} by index: it may hold the tensor stored into"
                 )
 
     def _module_variable(self, name: str) -> bool:
@@ -667,6 +668,12 @@ def submodule_read(
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:
     return ast.Tuple(elts=list(elements), ctx=ast.Load())
+
+
+def _reads(statement: ast.stmt) -> list[ast.AST]:
+    """What a branch's statement reads before anything of it runs (a nested ``if``: its
+    test; its branches are checked statement by statement)."""
+    return [statement.test] if isinstance(statement, ast.If) else [statement]
 
 
 def _is_guard(statement: ast.If) -> bool:
