@@ -261,6 +261,14 @@ COUNTEREXAMPLES = {
         (Call(((0.0, -1.0, 1.0, 0.5),), 3.5),),
         grad=False,
     ),
+    # The check that a tensor stored into by index is reached no other way read the
+    # branches' arguments, the number t among them, as a sequence: the compiled call
+    # failed (InternalTorchDynamoError).
+    "a-number-stored-by-index": Program(
+        "if x.norm() > 1.0:\n    x[:, 0] = t\nreturn x\n",
+        (Call(((4.0, -1.0, 0.0, 2.0),), 1.5),),
+        grad=False,
+    ),
     "merged-results-that-are-one-tensor": Program(
         "y = x * 2\nif x.sum() > 0:\n    a = y\n    b = y\nelse:\n    a = x * 3\n"
         "    b = x * 4\nreturn (a, b)\n",

@@ -261,8 +261,12 @@ def fakes(variable: Any) -> list[torch.Tensor]:
     from a ``comptime`` hook's local or a TorchDynamo variable."""
     if hasattr(variable, "_i_will_not_complain_if_bc_breaks_VariableTracker"):
         variable = variable._i_will_not_complain_if_bc_breaks_VariableTracker()
-    if isinstance(getattr(variable, "items", None), list):
-        return [fake for item in variable.items for fake in fakes(item)]
+    try:
+        items = getattr(variable, "items", None)
+    except NotImplementedError:  # a constant that is not a sequence (a float)
+        items = None
+    if isinstance(items, list):
+        return [fake for item in items for fake in fakes(item)]
     try:
         kind = variable.python_type()
     except NotImplementedError:  # a value of no one type (a tensor has one)
