@@ -31,7 +31,7 @@ and 2.13): where they are missing, nothing is merged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,12 +260,15 @@ def record(
 
 
 def fakes(variable: Any) -> list[torch.Tensor]:
-    """The fake tensors in a traced value (a tensor, or tuples and lists of values),
+    """The fake tensors in a traced value (a tensor, or tuples, lists and dicts of values),
     from a ``comptime`` hook's local or a TorchDynamo variable."""
     if hasattr(variable, "_i_will_not_complain_if_bc_breaks_VariableTracker"):
         variable = variable._i_will_not_complain_if_bc_breaks_VariableTracker()
-    if isinstance(getattr(variable, "items", None), list):
-        return [fake for item in variable.items for fake in fakes(item)]
+    items = getattr(variable, "items", None)
+    if isinstance(items, Mapping):  # a dict's values
+        items = list(items.values())
+    if isinstance(items, list):
+        return [fake for item in items for fake in fakes(item)]
     try:
         kind = variable.python_type()
     except NotImplementedError:  # a value of no one type (a tensor has one)
