@@ -933,6 +933,23 @@ def compared_by_identity(x):
         return y + 1
     return y - 1
 
+def looked_up_by_identity(x):
+    t = x * 2
+    seen = {t: 1}
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    return y + 1 if y in seen else y - 1
+
+def hashed_into_a_set(x):
+    t = x * 2
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    return y + len({y, t})
+
 def identity_through_a_container(x):
     t = x * 2
     if x.sum() > 0:
@@ -1094,6 +1111,8 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
     "name",
     [
         "compared_by_identity",
+        "looked_up_by_identity",
+        "hashed_into_a_set",
         "identity_through_a_container",
         "identity_in_a_callee",
         "identity_two_callees_down",
@@ -1104,7 +1123,8 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
     ],
 )
 def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
-    # `y is t`, `(y, x)[0] is t`, `id(y)`, `y.storage_offset()`, `y.as_strided(..., 0)`
+    # `y is t`, `y in seen` and `{y, t}` (a tensor hashes by identity), `(y, x)[0] is
+    # t`, `id(y)`, `y.storage_offset()`, `y.as_strided(..., 0)`
     # (which reads the storage from its start: t[0] for y = t[1:]), and `a is b` in a
     # function of the module y is passed to (as far as three calls down): a merged y is
     # a new tensor, never the one the branch gave.
