@@ -266,7 +266,17 @@ WRITES_IN_PLACE = {"store_by_index"}
 #: Compiled on their own they keep their break (the caller would get a new tensor
 #: where the original returns its own: test_a_merged_value_returned_with_the_callers_
 #: tensor_keeps_the_if); in a model that argument is computed in the graph, as here.
-RETURN_THEIR_ARGUMENT = {"nested", "mixed_condition", "fp16_clamp", "module_function", "membership"}
+#: ``in_loop`` and ``host_reads`` return it through a chain of merges (one site after
+#: another, or one site in a loop), which the check follows since commit f7509d6.
+RETURN_THEIR_ARGUMENT = {
+    "nested",
+    "mixed_condition",
+    "fp16_clamp",
+    "module_function",
+    "membership",
+    "in_loop",
+    "host_reads",
+}
 
 
 def _fed_by_the_graph(function):
