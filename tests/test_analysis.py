@@ -150,6 +150,8 @@ def test_updates_in_place_after_a_site_follow_views_of_the_name(after, updated):
         ("print(len({y, x}))", True),
         ("print({y: 1})", True),
         ("print(hash(y))", True),
+        ("print(seen.get(y, 0))", True),
+        ("print(outputs.index(y))", True),
         # against a constant, the type of a value, or names that never hold y
         ("print(y is None)", False),
         ("print(type(y) is torch.Tensor)", False),

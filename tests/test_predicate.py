@@ -952,6 +952,15 @@ def looked_up_by_identity(x):
         y = x * 3
     return y + 1 if y in seen else y - 1
 
+def looked_up_by_a_method(x):
+    t = x * 2
+    scales = {t: 5}
+    if x.sum() > 0:
+        y = t
+    else:
+        y = x * 3
+    return y * scales.get(y, 2)
+
 def hashed_into_a_set(x):
     t = x * 2
     if x.sum() > 0:
@@ -1123,6 +1132,7 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
         "compared_by_identity",
         "looked_up_by_identity",
         "hashed_into_a_set",
+        "looked_up_by_a_method",
         "identity_through_a_container",
         "identity_in_a_callee",
         "identity_two_callees_down",
@@ -1133,9 +1143,9 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
     ],
 )
 def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
-    # `y is t`, `y in seen` and `{y, t}` (a tensor hashes by identity), `(y, x)[0] is
-    # t`, `id(y)`, `y.storage_offset()`, `y.as_strided(..., 0)`
-    # (which reads the storage from its start: t[0] for y = t[1:]), and `a is b` in a
+    # `y is t`, `y in seen`, `{y, t}` and `scales.get(y)` (a tensor hashes by identity),
+    # `(y, x)[0] is t`, `id(y)`, `y.storage_offset()`, `y.as_strided(..., 0)` (which
+    # reads the storage from its start: t[0] for y = t[1:]), and `a is b` in a
     # function of the module y is passed to (as far as three calls down): a merged y is
     # a new tensor, never the one the branch gave.
     plain, rewritten = load_both(ALIASED_AND_UPDATED)

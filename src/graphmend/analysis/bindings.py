@@ -312,11 +312,17 @@ def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
     )
 
 
+#: Methods of dicts, sets and lists that look their first argument up by identity
+#: (``list.index`` first by identity, then by ``==``).
+_LOOKUPS = frozenset({"get", "setdefault", "pop", "discard", "index", "remove", "count"})
+
+
 def _hashes(node: ast.AST, views: frozenset[str]) -> bool:
     """Whether ``node`` looks one of ``views`` up by identity, as a tensor's ``__hash__``
     and ``in`` do: a set's element or a dict's key (``{y: 1}``), the left operand of
     ``in`` or ``not in`` (``y in seen``: a merged tensor is in no container the
-    original's is in), an argument of ``hash()``."""
+    original's is in), an argument of ``hash()``, the key a container's method looks
+    up (``cache.get(y)``, :data:`_LOOKUPS`)."""
     if isinstance(node, ast.Set):
         keys = node.elts
     elif isinstance(node, ast.Dict):
@@ -330,6 +336,12 @@ def _hashes(node: ast.AST, views: frozenset[str]) -> bool:
         ]
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hash":
         keys = node.args
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _LOOKUPS
+    ):
+        keys = node.args[:1]
     else:
         return False
     return any(_is_any(key, views) for key in keys)
