@@ -1156,6 +1156,35 @@ def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
         assert same(compiled(x), getattr(plain, name)(x))
 
 
+IDENTITY_IN_THE_CALLER = """
+import torch
+
+def clamp(x):
+    if x.sum() > 0:
+        x = x.abs()
+    return x
+
+def caller(x):
+    y = clamp(x)
+    return y * 2 if y is x else y * 3
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the site's function returns the merged x; its caller, inlined in the same "
+    "graph, compares it by identity with its own x, which no analysis of clamp sees and "
+    "TorchDynamo decides while tracing (a constant False, where the original's is True)",
+)
+def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_both):
+    plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
+    x = -torch.arange(1.0, 5.0)  # the branch does not run: clamp returns x itself
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(rewritten.caller, backend="eager")
+        assert same(compiled(x), plain.caller(x))
+
+
 @pytest.mark.parametrize("name", ["viewed_or_not", "version_of_a_merged_value"])
 def test_a_merged_value_whose_view_or_version_is_read_keeps_the_if(load_both, name):
     # `y._is_view()` (a break, read eagerly after it) and `y._version` tell a merged y,
