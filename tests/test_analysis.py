@@ -144,10 +144,19 @@ def test_updates_in_place_after_a_site_follow_views_of_the_name(after, updated):
         ("print(pick(y) is x)", True),
         ("print(id(y))", True),
         ("print(y.data_ptr())", True),
+        # a tensor hashes by identity: looked up, or made a key or an element
+        ("print(y in seen)", True),
+        ("print(y not in seen)", True),
+        ("print(len({y, x}))", True),
+        ("print({y: 1})", True),
+        ("print(hash(y))", True),
+        ("print(seen.get(y, 0))", True),
+        ("print(outputs.index(y))", True),
         # against a constant, the type of a value, or names that never hold y
         ("print(y is None)", False),
         ("print(type(y) is torch.Tensor)", False),
         ("z = y * 2\n    print(z is x)", False),
+        ("print(x in y, {x: y})", False),  # y's values, y as a dict's value
     ],
 )
 def test_identity_used_after_a_site_follows_what_may_hold_the_name(after, used):

@@ -340,3 +340,31 @@ def test_disjoint_parts_of_one_tensor_are_continued(load_both) -> None:
             result = torch.compile(mended.disjoint_parts, backend=counter)(x.clone())
         assert all(map(torch.equal, result, plain.disjoint_parts(x.clone())))
         assert counter.frame_count == 1
+
+
+RETURNED_IN_A_DICT = """
+import torch
+
+def f(x):
+    if x.sum() > 0:
+        y = x * 2
+    else:
+        y = x
+    return {"y": y}
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_result_in_a_dict_stays_the_callers_tensor(load_both, backend: str) -> None:
+    # The merge kept its break (the caller's x leaves the graph); torch.cond then copied
+    # the rest's result, a dict whose tensor no check found: the caller got a new tensor
+    # where the original gives back its own x, and its later update of one missed the other.
+    plain, mended = load_both(RETURNED_IN_A_DICT)
+    shared = []
+    for function in (plain.f, mended.f):
+        torch._dynamo.reset()
+        x = NEGATIVE.clone()
+        with torch.no_grad():
+            result = torch.compile(function, backend=backend)(x)["y"]
+        shared.append(result.untyped_storage().data_ptr() == x.untyped_storage().data_ptr())
+    assert shared[1] == shared[0]

@@ -269,6 +269,14 @@ COUNTEREXAMPLES = {
         (Call(((4.0, -1.0, 0.0, 2.0),), 1.5),),
         grad=False,
     ),
+    # The same chain returning x alone, its threshold a constant: the first site became a
+    # continuation (torch.cond) whose branches hold the second site's merge; the cond's
+    # result stood for the caller's x through that merge, which no check followed.
+    "a-merged-value-returned-from-a-continuation-branch": Program(
+        "if (x == 0.0).all():\n    x = self.lin(x)\nif x.sum() > 3.5:\n    x = x.abs()\nreturn x\n",
+        (Call(((0.0, -1.0, 1.0, 0.5),), 3.5),),
+        grad=False,
+    ),
     "merged-results-that-are-one-tensor": Program(
         "y = x * 2\nif x.sum() > 0:\n    a = y\n    b = y\nelse:\n    a = x * 3\n"
         "    b = x * 4\nreturn (a, b)\n",

@@ -285,6 +285,8 @@ _MEMORY_FUNCTIONS = frozenset({"as_strided"})
 
 
 def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
+    if _hashes(node, views):
+        return True
     if isinstance(node, ast.Attribute) and node.attr in _MEMORY_ATTRIBUTES:
         return _is_any(node.value, views)
     if (
@@ -308,6 +310,41 @@ def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
         and node.func.id == "id"
         and any(_is_any(argument, views) for argument in node.args)
     )
+
+
+#: Methods of dicts, sets and lists that look their first argument up by identity
+#: (``list.index`` first by identity, then by ``==``).
+_LOOKUPS = frozenset({"get", "setdefault", "pop", "discard", "index", "remove", "count"})
+
+
+def _hashes(node: ast.AST, views: frozenset[str]) -> bool:
+    """Whether ``node`` looks one of ``views`` up by identity, as a tensor's ``__hash__``
+    and ``in`` do: a set's element or a dict's key (``{y: 1}``), the left operand of
+    ``in`` or ``not in`` (``y in seen``: a merged tensor is in no container the
+    original's is in), an argument of ``hash()``, the key a container's method looks
+    up (``cache.get(y)``, :data:`_LOOKUPS`)."""
+    if isinstance(node, ast.Set):
+        keys = node.elts
+    elif isinstance(node, ast.Dict):
+        keys = [key for key in node.keys if key is not None]
+    elif isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        keys = [
+            left
+            for op, left in zip(node.ops, operands[:-1], strict=True)
+            if isinstance(op, ast.In | ast.NotIn)
+        ]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hash":
+        keys = node.args
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _LOOKUPS
+    ):
+        keys = node.args[:1]
+    else:
+        return False
+    return any(_is_any(key, views) for key in keys)
 
 
 def _may_hold(expr: ast.expr, views: frozenset[str]) -> bool:

@@ -31,7 +31,7 @@ and 2.13): where they are missing, nothing is merged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,8 +91,7 @@ class _Merge:
         for merged, tensors in leaving:
             others = [
                 other
-                for peer in attempts.checks_before_compiling(self.output)
-                if isinstance(peer, _Merge)
+                for peer in _merges(self.output)
                 for merged_elsewhere, other in peer.leaving(outputs)
                 if merged_elsewhere is not merged
             ]
@@ -113,11 +112,7 @@ class _Merge:
         branches give in its place, and so on (``if c: x = lin(x)`` then ``if d: x =
         x.abs()``: the original may return the caller's ``x``)."""
         groups = [(m, self._branches_of(m)) for m in self.merged]
-        peers = [
-            peer
-            for peer in attempts.checks_before_compiling(self.output)
-            if isinstance(peer, _Merge) and peer is not self
-        ]
+        peers = [peer for peer in _merges(self.output) if peer is not self]
         return [
             (m, _standing_for(tensors, peers)) for m, tensors in groups if _storages([m]) & outputs
         ]
@@ -128,6 +123,14 @@ class _Merge:
             return self.branches
         index = next(i for i, m in enumerate(self.merged) if m is merged)
         return self.branches[2 * index : 2 * index + 2]
+
+
+def _merges(output: Any) -> list[_Merge]:
+    """The merges recorded for ``output``, the graph being traced (those made inside a
+    ``torch.cond`` branch's subgraph included)."""
+    return [
+        check for check in attempts.checks_before_compiling(output) if isinstance(check, _Merge)
+    ]
 
 
 def _standing_for(tensors: list[torch.Tensor], peers: list[_Merge]) -> list[torch.Tensor]:
@@ -257,7 +260,7 @@ def record(
 
 
 def fakes(variable: Any) -> list[torch.Tensor]:
-    """The fake tensors in a traced value (a tensor, or tuples and lists of values),
+    """The fake tensors in a traced value (a tensor, or tuples, lists and dicts of values),
     from a ``comptime`` hook's local or a TorchDynamo variable."""
     if hasattr(variable, "_i_will_not_complain_if_bc_breaks_VariableTracker"):
         variable = variable._i_will_not_complain_if_bc_breaks_VariableTracker()
@@ -265,6 +268,8 @@ def fakes(variable: Any) -> list[torch.Tensor]:
         items = getattr(variable, "items", None)
     except NotImplementedError:  # a constant that is not a sequence (a float)
         items = None
+    if isinstance(items, Mapping):  # a dict's values
+        items = list(items.values())
     if isinstance(items, list):
         return [fake for item in items for fake in fakes(item)]
     try:
@@ -281,7 +286,8 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
     """The tensors (fake) a branch of ``cond``, just traced, may return or return a view
     of: its operands, and what its subgraph reads as a constant (a parameter).  The
     branches return copies (``torch.cond`` refuses aliases); the original returns
-    these.  All the operands where a subgraph does not say.
+    these, or a branch's merge (``if c: x = x.abs()`` in the branch) may give them.
+    All the operands where a subgraph does not say.
 
     A subgraph's inputs are its operands in order; TorchDynamo 2.5 gives them no fake
     tensor of their own, and traces the branch on the operands' own."""
@@ -297,7 +303,8 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
             "example_value" not in node.meta for node in (*constants, *sources)
         ):
             return [operand for operand in operands if operand is not None]
-        aliased = _storages(_example_of(node) for node in sources)
+        # a result a merge made in the branch stands for what that merge's branches give
+        aliased = _storages(_standing_for(_examples(sources), _merges(output)))
         inputs = [(_example_of(node), operands[i]) for i, node in enumerate(placeholders)]
         inputs += [(_example_of(node), None) for node in constants]
         for own, operand in inputs:
@@ -377,6 +384,10 @@ def _proxies(variables: Iterable[Any]) -> list[Any]:
         for leaf in torch.utils._pytree.tree_leaves(variable.as_proxy())
         if isinstance(leaf, torch.fx.Proxy)
     ]
+
+
+def _examples(nodes: Iterable[Any]) -> list[torch.Tensor]:
+    return [tensor for tensor in map(_example_of, nodes) if tensor is not None]
 
 
 def _example(proxy: Any) -> torch.Tensor | None:
