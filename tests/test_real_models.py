@@ -6,6 +6,7 @@ Each arm runs in its own process (tests/helpers/model_probe.py) so that the
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,3 +145,64 @@ def test_phi3_longrope_long_then_short_inputs_match_eager(tmp_path, arm):
     assert child.returncode == 0, child.stderr[-3000:]
     loader = "GraphMendLoader" if arm == "graphmend" else "SourceFileLoader"
     assert child.stdout.strip().splitlines()[-1] == f"{loader} [True, True, True, True]"
+
+
+# transformers 4.4x-4.51 build Gemma 2's HybridCache inside forward when none is given,
+# and its __init__ branches on `self.is_sliding[i]`, a tensor made from Python booleans:
+# a graph break per layer (rewrites/from_python), then `mark_static_address`, which
+# TorchDynamo refuses to trace (made after the graph).
+HYBRID_CACHE = """
+import inspect
+import json
+import sys
+import torch
+if sys.argv[1] == "graphmend":
+    import graphmend
+    graphmend.install()
+from transformers import Gemma2Config, Gemma2ForCausalLM
+config = Gemma2Config(
+    vocab_size=99, hidden_size=32, intermediate_size=32, num_hidden_layers=3,
+    num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
+    max_position_embeddings=64, pad_token_id=0,
+)
+torch.manual_seed(0)
+model = Gemma2ForCausalLM(config).eval()
+ids = torch.arange(6).unsqueeze(0) % 99
+with torch.no_grad():
+    explained = torch._dynamo.explain(model)(input_ids=ids, use_cache=True)
+    torch._dynamo.reset()
+    expected = model(input_ids=ids, use_cache=True)
+    compiled = torch.compile(model, backend="eager")(input_ids=ids, use_cache=True)
+cache = compiled.past_key_values
+print(json.dumps({
+    "loader": type(sys.modules[Gemma2ForCausalLM.__module__].__loader__).__name__,
+    "cache_breaks": sum("cache_utils" in str(r.user_stack) for r in explained.break_reasons),
+    "graphs": explained.graph_count,
+    "identical": torch.equal(compiled.logits, expected.logits),
+    "shapes": [list(k.shape) for k in cache.key_cache],
+    "expected_shapes": [list(k.shape) for k in expected.past_key_values.key_cache],
+    "marked": [getattr(k, "_dynamo_static_input_type", None) for k in cache.key_cache],
+}))
+"""
+
+
+def _hybrid_cache_of_4x() -> bool:
+    cache = getattr(transformers, "HybridCache", None)
+    return cache is not None and "self.is_sliding = torch.tensor(" in inspect.getsource(cache)
+
+
+@pytest.mark.skipif(not _hybrid_cache_of_4x(), reason="HybridCache without a tensor of flags")
+def test_gemma2_cache_built_in_forward_keeps_no_break_per_layer(tmp_path):
+    arms = {}
+    for arm in ("plain", "graphmend"):
+        child = run_python("-c", HYBRID_CACHE, arm, env=offline_model_environment(tmp_path))
+        assert child.returncode == 0, child.stderr[-3000:]
+        arms[arm] = json.loads(child.stdout.strip().splitlines()[-1])
+    plain, mended = arms["plain"], arms["graphmend"]
+    assert (plain["loader"], mended["loader"]) == ("SourceFileLoader", "GraphMendLoader")
+    assert plain["cache_breaks"] > 0
+    assert mended["cache_breaks"] == 0
+    assert mended["graphs"] < plain["graphs"]
+    assert plain["identical"] and mended["identical"]
+    assert mended["shapes"] == mended["expected_shapes"] == plain["shapes"]
+    assert mended["marked"] == plain["marked"] == ["unguarded"] * 3

@@ -361,7 +361,9 @@ def test_check_fails_on_each_bad_value(monkeypatch, capsys, tmp_path):
     assert "PROBLEM: GRAPHMEND_PACKAGES='mypkg.': invalid module pattern" in out
     assert f"PROBLEM: {tmp_path / 'a_file'} is not a directory" in out
     # The other settings are still shown, with their sources.
-    assert "GRAPHMEND_REWRITES     predicate, trap, defer, continuation (default)" in out
+    assert (
+        "GRAPHMEND_REWRITES     from_python, predicate, trap, defer, continuation (default)" in out
+    )
     assert out.endswith("status: 4 problem(s)\n")
 
 

@@ -48,7 +48,7 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 )
 
 #: The rewrites GraphMend knows, in the order the pipeline applies them.
-ALL_REWRITES: tuple[str, ...] = ("predicate", "trap", "defer", "continuation")
+ALL_REWRITES: tuple[str, ...] = ("from_python", "predicate", "trap", "defer", "continuation")
 #: The rewrites run unless ``GRAPHMEND_REWRITES`` says otherwise: all of them.
 DEFAULT_REWRITES: tuple[str, ...] = ALL_REWRITES
 

@@ -8,6 +8,7 @@ from typing import ClassVar, Protocol
 from graphmend.rewrites.common import ModuleContext
 from graphmend.rewrites.continuation import ContinuationRewrite
 from graphmend.rewrites.defer import DeferRewrite
+from graphmend.rewrites.from_python import FromPythonRewrite
 from graphmend.rewrites.predicate import PredicateRewrite
 from graphmend.rewrites.trap import TrapRewrite
 
@@ -22,10 +23,12 @@ class Rewrite(Protocol):
     def run(self, tree: ast.Module) -> None: ...
 
 
-# Predication first: its branches are side-effect free, so it never hides a
+# Tests decided from Python values first: a test it settles is no site for the others.
+# Predication next: its branches are side-effect free, so it never hides a
 # guard or an output call from the rewrites after it.  Continuation last: it
 # copies the rest of a function as the others left it.
 REWRITES: dict[str, type[Rewrite]] = {
+    FromPythonRewrite.name: FromPythonRewrite,
     PredicateRewrite.name: PredicateRewrite,
     TrapRewrite.name: TrapRewrite,
     DeferRewrite.name: DeferRewrite,

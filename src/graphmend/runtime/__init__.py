@@ -32,6 +32,7 @@ from graphmend.runtime.deferral import (
     tensor_free,
     warnings_may_raise,
 )
+from graphmend.runtime.from_python import item_from_python, mark_static_address
 from graphmend.runtime.reading import attribute, callee, metadata, sequence, type_name
 from graphmend.runtime.searches import as_written, search_site
 from graphmend.runtime.selection import assign_item, branch
@@ -61,10 +62,12 @@ __all__ = [
     "exact_text",
     "host_value",
     "is_scalar_tensor",
+    "item_from_python",
     "logical_and",
     "logical_or",
     "lower_guard",
     "lowerable",
+    "mark_static_address",
     "metadata",
     "names_formattable",
     "not_",

@@ -249,6 +249,12 @@ def deferred(qualname: str) -> Callable[[F], F]:
     return register
 
 
+def reordering() -> bool:
+    """Whether TorchDynamo runs the functions :func:`deferred` registered after the graph
+    (False on an untested torch release, or before TorchDynamo is imported)."""
+    return _enabled
+
+
 def _register_with_dynamo(function: Callable[..., None]) -> None:
     from torch._dynamo import config
 

@@ -1,0 +1,43 @@
+"""The runtime part of :mod:`graphmend.rewrites.from_python`: an item's truth, from the
+Python values its tensor was made of; ``mark_static_address`` made after the graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from graphmend.runtime import deferral
+from graphmend.runtime.tracing import tracing
+
+
+def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
+    """``tensor[index]``; while tracing, ``values[index]`` where its truth is the item's
+    for certain: ``tensor`` is ``made`` (``torch.tensor(values)``, which the rewrite
+    checked nothing can update), one-dimensional, made of ``bool`` values only (a new
+    list or tuple, which nothing else holds), and ``index`` an ``int`` in range.  Only
+    where TorchDynamo runs :func:`mark_static_address` after the graph: the original
+    broke the graph before the code that calls it, which TorchDynamo refuses to trace."""
+    if tracing() and deferral.reordering() and _known(tensor, index, made, values):
+        return values[index]
+    return tensor[index]
+
+
+def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
+    return (
+        tensor is made
+        and type(made) is torch.Tensor
+        and made.dim() == 1
+        and type(values) in (list, tuple)
+        and len(values) == made.shape[0]
+        and all(type(value) is bool for value in values)
+        and type(index) is int
+        and -len(values) <= index < len(values)
+    )
+
+
+@deferral.deferred("torch._dynamo.mark_static_address")
+def mark_static_address(tensor: Any) -> None:
+    """``torch._dynamo.mark_static_address(tensor)``; while TorchDynamo traces, made after
+    the graph, on the tensor the graph gives (tracing it fails)."""
+    torch._dynamo.mark_static_address(tensor)

@@ -1,0 +1,182 @@
+"""Tests of a tensor built from Python values, decided from those values (rewrites/from_python)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphmend.config import ALL_REWRITES
+from graphmend.findings import Decision
+from graphmend.pipeline import rewrite
+from helpers.graphs import compile_and_run
+from helpers.modules import import_both
+
+# transformers 4.51's HybridCache.__init__, cut down: built inside forward, it breaks
+# the graph at every layer.
+CACHES = """
+import torch
+
+class Cache:
+    def __init__(self, layers, pattern, length):
+        self.is_sliding = torch.tensor(
+            [bool((i + 1) % pattern) for i in range(layers)], dtype=torch.bool
+        )
+        self.keys = []
+        for i in range(layers):
+            shape = (2, length) if not self.is_sliding[i] else (2, 1)
+            key = torch.zeros(shape)
+            torch._dynamo.mark_static_address(key)  # refused while tracing: made after
+            self.keys.append(key)
+
+def forward(x, layers=4, pattern=2):
+    cache = Cache(layers, pattern, x.shape[-1])
+    return [x.sum() + key.sum() for key in cache.keys], [key.shape for key in cache.keys]
+
+def keys(x):
+    return x + 1, Cache(3, 2, 4).keys
+
+def local_flags(x):
+    flags = torch.tensor([True, False, True])
+    out = x
+    for i in range(3):
+        if flags[i] and x.shape[0] > 1:
+            out = out + i
+        while not flags[-1 - i]:
+            out = out * 2
+            break
+    return out
+
+def numbers(x):
+    y = x * 2
+    # not booleans: the items' truth is not the values' (0.5 is truthy, int 0 is not)
+    flags = torch.tensor([0.5, 0.0], dtype=torch.int64)
+    return y.sum(), (2 if flags[0] else 3)
+
+def updated(x):
+    y = x * 2
+    flags = torch.tensor([True, False])
+    flags.logical_not_()
+    return y.sum(), (2 if flags[0] else 3)
+
+def rebound(x):
+    y = x * 2
+    flags = torch.tensor([True, False])
+    flags = x > 0
+    return y.sum(), (2 if flags[0] else 3)
+
+def out_of_range(x):
+    y = x * 2
+    flags = torch.tensor([True])
+    return y.sum(), (2 if flags[3] else 3)
+"""
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    return import_both(tmp_path_factory.mktemp("from_python"), "from_python", CACHES)
+
+
+def _explained(function, *args) -> tuple[int, list[str]]:
+    explained = torch._dynamo.explain(function)(*args)
+    return explained.graph_count, [reason.reason for reason in explained.break_reasons]
+
+
+def test_tests_of_a_cache_built_in_forward_break_no_more(modules):
+    plain, mended = modules
+    x = torch.randn(2, 3)
+    before = compile_and_run(plain.forward, x)
+    after = compile_and_run(mended.forward, x)
+    assert before.breaks >= 1
+    assert (after.graphs, after.breaks) == (1, 0)
+    assert _explained(mended.forward, x) == (1, [])
+    assert after.result[1] == before.result[1] == plain.forward(x)[1]
+    assert all(map(torch.equal, after.result[0], plain.forward(x)[0]))
+
+
+def test_static_addresses_are_marked_after_the_graph(modules):
+    plain, mended = modules
+    x = torch.randn(2)
+    compiled = compile_and_run(mended.keys, x, fullgraph=True)
+    expected = plain.keys(x)
+    assert [key.shape for key in compiled.result[1]] == [key.shape for key in expected[1]]
+    marks = [getattr(key, "_dynamo_static_input_type", None) for key in compiled.result[1]]
+    assert marks == [key._dynamo_static_input_type for key in expected[1]] != [None] * 3
+
+
+def test_local_flags_with_not_and_while_tests(modules):
+    plain, mended = modules
+    x = torch.randn(3, 2)
+    after = compile_and_run(mended.local_flags, x, fullgraph=True)
+    assert torch.equal(after.result, plain.local_flags(x))
+    assert torch.equal(mended.local_flags(x), plain.local_flags(x))
+
+
+@pytest.mark.parametrize("name", ["numbers", "updated", "rebound"])
+def test_items_not_known_from_the_values_keep_the_branch(modules, name):
+    plain, mended = modules
+    x = torch.randn(3)
+    before, after = _explained(getattr(plain, name), x), _explained(getattr(mended, name), x)
+    assert after == before
+    assert before[1] == ["generic_jump TensorVariable()"]
+    assert getattr(mended, name)(x) == getattr(plain, name)(x)
+
+
+def test_an_index_out_of_range_raises_as_before(modules):
+    plain, mended = modules
+    x = torch.randn(3)
+    raised = [
+        _raised(function, x)
+        for function in (
+            plain.out_of_range,
+            mended.out_of_range,
+            torch.compile(plain.out_of_range, backend="eager"),
+            torch.compile(mended.out_of_range, backend="eager"),
+        )
+    ]
+    assert raised[0] == raised[1]
+    assert raised[2] == raised[3]
+    assert issubclass(raised[0][0], IndexError)
+
+
+def _raised(function, *args) -> tuple[type[BaseException], str]:
+    """The exception ``function`` raises: its type and the first line of its message."""
+    with pytest.raises(Exception) as raised:
+        function(*args)
+    return type(raised.value), str(raised.value).splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("use(flags)\n    return x if flags[0] else -x", "use() may reach flags"),
+        ("return x if flags[0] else -x, flags", "read other than by tests"),
+        ("f = lambda: flags\n    return x if flags[0] else -x", "nested function"),
+        ("print(locals())\n    return x if flags[0] else -x", "locals() may read"),
+        (
+            "torch._dynamo.mark_dynamic(x, 0)\n    return x if flags[0] else -x",
+            "mark_dynamic() cannot be traced",
+        ),
+    ],
+)
+def test_a_tensor_read_otherwise_is_declined(body, reason):
+    source = f"import torch\ndef f(x, use):\n    flags = torch.tensor([True])\n    {body}\n"
+    findings = rewrite(source, "m.py", ALL_REWRITES).findings
+    [finding] = [f for f in findings if f.rewrite == "from_python"]
+    assert finding.decision is Decision.DECLINED
+    assert reason in finding.reason
+
+
+@pytest.mark.parametrize(
+    "call", ["helper(self)", "self.reset()", "super().reset()", "helper(*parts)"]
+)
+def test_an_attribute_tensor_whose_owner_is_handed_on_is_declined(call):
+    source = (
+        "import torch\nclass C:\n    def __init__(self, helper, parts):\n"
+        "        self.flags = torch.tensor([True])\n"
+        f"        {call}\n"
+        "        self.size = 1 if self.flags[0] else 2\n"
+    )
+    findings = rewrite(source, "m.py", ALL_REWRITES).findings
+    [finding] = [f for f in findings if f.rewrite == "from_python"]
+    assert finding.decision is Decision.DECLINED
+    assert "may reach self" in finding.reason
