@@ -167,7 +167,8 @@ def test_a_tensor_read_otherwise_is_declined(body, reason):
 
 
 @pytest.mark.parametrize(
-    "call", ["helper(self)", "self.reset()", "super().reset()", "helper(*parts)"]
+    "call",
+    ["helper(self)", "self.reset()", "super().reset()", "helper(*parts)", "helper(self.size)"],
 )
 def test_an_attribute_tensor_whose_owner_is_handed_on_is_declined(call):
     source = (
@@ -180,3 +181,23 @@ def test_an_attribute_tensor_whose_owner_is_handed_on_is_declined(call):
     [finding] = [f for f in findings if f.rewrite == "from_python"]
     assert finding.decision is Decision.DECLINED
     assert "may reach self" in finding.reason
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # after the block: plain compile ran it eagerly after the break at the test
+        "    if x.shape[0]:\n        flags = torch.tensor([True])\n        y = 1 if flags[0] else 2"
+        "\n    helper(x)\n",
+        # in the loop again, before the tensor is made anew
+        "    for i in range(2):\n        helper(x)\n        flags = torch.tensor([True])\n"
+        "        y = 1 if flags[0] else 2\n",
+        "    flags = torch.tensor([True])\n    y = 1 if flags[0] else 2\n    x.add_(1)\n",
+    ],
+)
+def test_code_after_the_tests_that_may_not_trace_is_declined(code):
+    source = f"import torch\ndef f(x, helper):\n{code}"
+    findings = rewrite(source, "m.py", ALL_REWRITES).findings
+    [finding] = [f for f in findings if f.rewrite == "from_python"]
+    assert finding.decision is Decision.DECLINED
+    assert "fail to trace" in finding.reason

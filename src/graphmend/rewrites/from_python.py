@@ -79,7 +79,8 @@ class _Made:
     """A statement ``target = torch.tensor(values, ...)`` and the tests of its items after it."""
 
     statement: ast.Assign
-    later: list[ast.stmt]
+    later: list[ast.stmt]  # of its block: where its tests are
+    after: list[ast.stmt]  # what else may run later: after its block, its loops again
     tests: list[tuple[ast.AST, str, ast.Subscript]] = field(default_factory=list)
 
 
@@ -141,11 +142,11 @@ class FromPythonRewrite:
     def _tensors_made(
         self, function: ast.FunctionDef, functions: tuple[ast.AST, ...]
     ) -> Iterator[_Made]:
-        for block in _statement_blocks(function.body):
+        for block, after in _statement_blocks(function.body, []):
             for index, statement in enumerate(block):
                 if self._makes_tensor(statement, functions):
                     assert isinstance(statement, ast.Assign)
-                    yield _Made(statement, block[index + 1 :])
+                    yield _Made(statement, block[index + 1 :], after)
 
     def _makes_tensor(self, statement: ast.stmt, functions: tuple[ast.AST, ...]) -> bool:
         if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
@@ -164,7 +165,7 @@ class FromPythonRewrite:
         )
 
     def _rewrite(self, made: _Made, called: Callable[[ast.Call], str | None]) -> None:
-        for statement in made.later:
+        for statement in [*made.later, *made.after]:
             for node in _walk_scope(statement):
                 if isinstance(node, ast.Call) and called(node) == _MARK_STATIC:
                     node.func = _located(runtime_call("mark_static_address").func, node.func)
@@ -218,13 +219,20 @@ def _blocks_of(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
         yield holder.body
 
 
-def _statement_blocks(block: list[ast.stmt]) -> Iterator[list[ast.stmt]]:
-    """``block`` and the blocks of its statements, not those of nested definitions."""
-    yield block
-    for statement in block:
+def _statement_blocks(
+    block: list[ast.stmt], after: list[ast.stmt]
+) -> Iterator[tuple[list[ast.stmt], list[ast.stmt]]]:
+    """``block`` and the blocks of its statements, not those of nested definitions; each
+    with the statements that may run after it ends (``after``, for ``block``): those
+    after the statements holding it, and the whole of the loops holding it."""
+    yield block, after
+    for index, statement in enumerate(block):
         if not isinstance(statement, _NESTED_SCOPES):
+            following = [*block[index + 1 :], *after]
+            if isinstance(statement, ast.For | ast.While):
+                following = [statement, *following]
             for nested in _blocks_of(statement):
-                yield from _statement_blocks(nested)
+                yield from _statement_blocks(nested, following)
 
 
 def _same_target(node: ast.AST, target: ast.expr) -> bool:
@@ -305,33 +313,54 @@ def _walk_scope(node: ast.AST) -> Iterator[ast.AST]:
 
 
 def _check_kept(made: _Made, called: Callable[[ast.Call], str | None]) -> None:
-    """Decline unless, after it is made, nothing can update the tensor: it is read only by
-    its item tests; and for an attribute (``self.flags``), every call is to torch, to a
-    builtin or to a method of a list or dict stored there, none handed ``self`` itself.
+    """Decline unless nothing can update the tensor after it is made, and what may run
+    after it traces (plain compile ran it eagerly, after the break at a test): the tensor
+    is read only by its item tests, no nested scope or ``locals()`` sees it, and every
+    call is to torch (one TorchDynamo traces), to a builtin, or to a method of a list or
+    dict stored in the block after the tensor, none handed the tensor or its owner.
     ``called`` names a call's function through the module's imports (or ``None``)."""
     target = made.statement.targets[0]
     root = _root(target)
     tested = {id(test.value) for _, _, test in made.tests}
-    containers = _fresh_containers(made.later, root)
+    containers = _fresh_containers([*made.later, *made.after], root)
     fresh: set[str] = set()
     for statement in made.later:
-        for node in _walk_scope(statement):
-            if isinstance(node, _NESTED_SCOPES) and any(
-                isinstance(inner, ast.Name) and inner.id == root for inner in ast.walk(node)
-            ):
-                raise Decline(f"a nested function or comprehension reads {root}")
-            if isinstance(node, ast.Name) and node.id in _FRAME_INTROSPECTION:
-                raise Decline(f"{node.id}() may read the tensor")
-            if _same_target(node, target) and id(node) not in tested:
-                raise Decline(f"{ast.unparse(target)} is read other than by tests of its items")
-            if isinstance(node, ast.Call) and _untraceable(node, called):
-                raise Decline(
-                    f"{ast.unparse(node.func)}() cannot be traced, and the original broke the "
-                    "graph before it"
-                )
-            if isinstance(node, ast.Call) and _may_update(node, root, target, fresh, called):
-                raise Decline(f"{ast.unparse(node.func)}() may reach {root} and update the tensor")
+        _check_statement(statement, made, tested, fresh, called)
         fresh |= containers.get(id(statement), set())
+    for statement in made.after:
+        _check_statement(statement, made, tested, set(), called)
+
+
+def _check_statement(
+    statement: ast.stmt,
+    made: _Made,
+    tested: set[int],
+    fresh: set[str],
+    called: Callable[[ast.Call], str | None],
+) -> None:
+    target = made.statement.targets[0]
+    root = _root(target)
+    for node in _walk_scope(statement):
+        if isinstance(node, _NESTED_SCOPES) and any(
+            isinstance(inner, ast.Name) and inner.id == root for inner in ast.walk(node)
+        ):
+            raise Decline(f"a nested function or comprehension reads {root}")
+        if isinstance(node, ast.Name) and node.id in _FRAME_INTROSPECTION:
+            raise Decline(f"{node.id}() may read the tensor")
+        if _same_target(node, target) and id(node) not in tested:
+            raise Decline(f"{ast.unparse(target)} is read other than by tests of its items")
+        if not isinstance(node, ast.Call):
+            continue
+        if _untraceable(node, called):
+            raise Decline(
+                f"{ast.unparse(node.func)}() cannot be traced, and the original broke the "
+                "graph before it"
+            )
+        if _unknown(node, root, fresh, called):
+            raise Decline(
+                f"{ast.unparse(node.func)}() may reach {root} or fail to trace where the "
+                "original broke the graph before it"
+            )
 
 
 def _untraceable(call: ast.Call, called: Callable[[ast.Call], str | None]) -> bool:
@@ -382,19 +411,13 @@ def _fresh_containers(later: list[ast.stmt], root: str) -> dict[int, set[str]]:
     return fresh
 
 
-def _may_update(
-    call: ast.Call,
-    root: str,
-    target: ast.expr,
-    fresh: set[str],
-    called: Callable[[ast.Call], str | None],
+def _unknown(
+    call: ast.Call, root: str, fresh: set[str], called: Callable[[ast.Call], str | None]
 ) -> bool:
-    """Whether ``call`` may reach the tensor ``target`` (rooted at ``root``) and update it."""
+    """Whether ``call`` may reach what ``root`` holds, or is not known to trace."""
     arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
     if any(_may_be(argument, root) for argument in arguments):
         return True
-    if isinstance(target, ast.Name):
-        return False  # a local read only by its tests: nothing else can reach it
     name = called(call) or ""
     if name.startswith(("torch.", "builtins.")) and name != "builtins.super":
         return False
