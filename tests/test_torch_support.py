@@ -16,6 +16,7 @@ from torch._dynamo.testing import CompileCounter
 from graphmend import runtime
 from graphmend.notices import GraphMendWarning
 from graphmend.runtime import dynamo_support, traps
+from graphmend.runtime.asking import ask_tracer
 from helpers.processes import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -322,3 +323,30 @@ def test_an_old_dynamo_warns_once_that_sizes_in_output_keep_their_breaks():
     result = run_python("-W", "always", "-c", script)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("keep their graph breaks") == (1 if old else 0), result.stderr
+
+
+def _describe(tracer: Any, *variables: Any) -> str:
+    """A hook: the asking function's name and the values it passed, as TorchDynamo holds
+    them."""
+    return " ".join([tracer.f_code.co_name, *(str(v.as_python_constant()) for v in variables)])
+
+
+def _no_answer(_tracer: Any) -> None:
+    return None
+
+
+def _asks(x: torch.Tensor) -> tuple[torch.Tensor, str, str]:
+    return x + 1, ask_tracer(_describe, "eager", 3, "three"), ask_tracer(_no_answer, "default")
+
+
+def test_the_tracer_answers_while_tracing_and_the_default_stands_otherwise():
+    # The runtime's questions to TorchDynamo (runtime/asking.py): the hook gets the
+    # asking function's translator and the values' variables; None leaves the default.
+    assert _asks(torch.ones(1))[1:] == ("eager", "default")
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    result, answer, unanswered = torch.compile(_asks, backend=counter, fullgraph=True)(
+        torch.ones(1)
+    )
+    assert (result.tolist(), answer, unanswered) == ([2.0], "_asks 3 three", "default")
+    assert counter.frame_count == 1

@@ -39,6 +39,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from graphmend.runtime import attempts
+from graphmend.runtime.asking import ask_tracer
 
 
 @dataclass
@@ -160,24 +161,19 @@ def watch(merged: Sequence[Any], branches: Sequence[Any]) -> bool:
     compiled; False (nothing recorded) where this torch's tracer does not have the
     internals it needs, and the caller runs the original code.  Called only while
     tracing, after :func:`attempts.open_site`."""
-    recorded = False  # set by _watch while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_watch)
-    return recorded
+    return ask_tracer(_watch, False, merged, branches)
 
 
-def _watch(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`watch`."""
+def _watch(tracer: Any, merged_variable: Any, branches_variable: Any) -> bool | None:
+    """Asked while TorchDynamo traces :func:`watch`."""
     try:
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
         site = attempts.opened_site(tracer.parent)
-        merged = fakes(context.get_local("merged"))
-        branches = fakes(context.get_local("branches"))
-        from torch._dynamo.variables import ConstantVariable
+        merged = fakes(merged_variable)
+        branches = fakes(branches_variable)
     except (AttributeError, KeyError, TypeError):
-        return  # a release without these internals
+        return None  # a release without these internals
     paired = len(branches) == 2 * len(merged)
-    if site is not None and record(tracer, site, merged, branches, paired=paired):
-        tracer.symbolic_locals["recorded"] = ConstantVariable.create(True)
+    return site is not None and record(tracer, site, merged, branches, paired=paired)
 
 
 def stored_alias(
@@ -189,30 +185,25 @@ def stored_alias(
     it would read the values from before the store, and the write-backs of two targets
     would undo each other.  True where that cannot be checked.  Called only while
     tracing."""
-    aliased = True  # set by _stored_alias while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_stored_alias)
-    return aliased
+    return ask_tracer(_stored_alias, True, targets, then_arguments, else_arguments)
 
 
-def _stored_alias(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`stored_alias`."""
+def _stored_alias(_tracer: Any, targets_variable: Any, *arguments_variables: Any) -> bool | None:
+    """Asked while TorchDynamo traces :func:`stored_alias`."""
     try:
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        targets = fakes(context.get_local("targets"))
-        arms = [fakes(context.get_local(name)) for name in ("then_arguments", "else_arguments")]
-        from torch._dynamo.variables import ConstantVariable
+        targets = fakes(targets_variable)
+        arms = [fakes(variable) for variable in arguments_variables]
     except (AttributeError, KeyError, TypeError):
-        return  # a release without these internals
+        return None  # a release without these internals
     # Each target is read by both branches (it is among their results): one argument
     # sharing its memory is itself, a second one is another way to its elements.
-    aliased = any(
+    return any(
         _may_share_an_element([target], targets[i + 1 :]) for i, target in enumerate(targets)
     ) or any(
         sum(_may_share_an_element([target], [argument]) for argument in arguments) > 1
         for target in targets
         for arguments in arms
     )
-    tracer.symbolic_locals["aliased"] = ConstantVariable.create(aliased)
 
 
 def lazy_views(values: Sequence[Any]) -> bool:
@@ -220,21 +211,16 @@ def lazy_views(values: Sequence[Any]) -> bool:
     ``c.mH.imag``), which a tensor ``torch.where`` makes is not.  TorchDynamo cannot
     ask (``is_conj()`` breaks the graph): their fake tensors are asked; True where they
     cannot be."""
-    found = True  # set by _find_lazy_views while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_find_lazy_views)
-    return found
+    return ask_tracer(_find_lazy_views, True, values)
 
 
-def _find_lazy_views(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`lazy_views`."""
+def _find_lazy_views(_tracer: Any, values: Any) -> bool | None:
+    """Asked while TorchDynamo traces :func:`lazy_views`."""
     try:
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        tensors = fakes(context.get_local("values"))
-        from torch._dynamo.variables import ConstantVariable
+        tensors = fakes(values)
     except (AttributeError, KeyError, TypeError):
-        return  # a release without these internals
-    lazy = any(tensor.is_conj() or tensor.is_neg() for tensor in tensors)
-    tracer.symbolic_locals["found"] = ConstantVariable.create(lazy)
+        return None  # a release without these internals
+    return any(tensor.is_conj() or tensor.is_neg() for tensor in tensors)
 
 
 def record(
@@ -261,9 +247,7 @@ def record(
 
 def fakes(variable: Any) -> list[torch.Tensor]:
     """The fake tensors in a traced value (a tensor, or tuples, lists and dicts of values),
-    from a ``comptime`` hook's local or a TorchDynamo variable."""
-    if hasattr(variable, "_i_will_not_complain_if_bc_breaks_VariableTracker"):
-        variable = variable._i_will_not_complain_if_bc_breaks_VariableTracker()
+    from its TorchDynamo variable."""
     try:
         items = getattr(variable, "items", None)
     except NotImplementedError:  # a constant that is not a sequence (a float)

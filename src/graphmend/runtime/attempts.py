@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
-import torch
 
+from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 from graphmend.runtime.run_time_errors import raising_operation
 from graphmend.runtime.transforms import transform_active
@@ -224,13 +224,14 @@ class Site:
         if number is not None and not self.one_graph:
             self.keep_break(f"tracing it guards on the value of a number it is given ({number})")
 
-    def abandon(self, context: Any, rewrite: str, attempt: Attempt, reason: str) -> None:
+    def abandon(self, tracer: Any, rewrite: str, attempt: Attempt, reason: str) -> None:
         """Give up ``attempt``: restart the analysis if it left guards or graph inputs
         (:meth:`keep_break_if_guarded`), else undo it; ``reason`` is recorded for
-        ``rewrite``, and the original code runs."""
+        ``rewrite`` at the user's line ``tracer`` (a site's runtime function) stands at,
+        and the original code runs."""
         self.keep_break_if_guarded(attempt, reason)
         attempt.undo()
-        record_at(context, rewrite, reason)
+        record_at(tracer, rewrite, reason)
 
     def keep_break_if_guarded(self, attempt: Attempt, reason: str) -> None:
         """Keep the break (:meth:`keep_break`) if the failed attempt left guards or graph
@@ -262,31 +263,27 @@ def open_site(rewrite: str) -> str | None:
     ``None``.  A decline the caller records later (``fallbacks.declined``) restarts the
     analysis if what was traced left guards or graph inputs behind
     (:meth:`Site.keep_break_if_guarded`).  Called only while tracing."""
-    kept = None  # set by _open while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_open)
-    return kept
+    return ask_tracer(_open, None, rewrite)
 
 
-def _open(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`open_site`."""
+def _open(tracer: Any, rewrite_variable: Any) -> str | None:
+    """Asked while TorchDynamo traces :func:`open_site`."""
     try:
-        rewrite = context.get_local("rewrite").as_python_constant()
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        rewrite = rewrite_variable.as_python_constant()
         site = Site(tracer)
         attempt = Attempt(tracer)
-        from torch._dynamo.variables import ConstantVariable
     except (AttributeError, ImportError, KeyError, TypeError):
-        return  # the attempts say so (call_or_none)
+        return None  # the attempts say so (call_or_none)
     kept = site.kept_break() or _kept_anyway(tracer)
     if kept is not None:
-        record_at(context, rewrite, kept)
-        tracer.symbolic_locals["kept"] = ConstantVariable.create(kept)
-        return
+        record_at(tracer, rewrite, kept)
+        return kept
     caller = tracer.parent  # the site's runtime function, whose declines are recorded
     setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
     site.opened = attempt
     setattr(caller, _OPENED, site)
     setattr(tracer.output, _LAST_OPENED, site)
+    return None
 
 
 def _kept_anyway(tracer: Any) -> str | None:
@@ -300,15 +297,11 @@ def keep_numbers_unpinned() -> None:
     """Restart the analysis, the site opened last (:func:`open_site`) keeping its break,
     if what was traced since made TorchDynamo guard first on the value of a number the
     frame is given (:meth:`Site.keep_numbers_unpinned`).  Called only while tracing."""
-    torch._dynamo.comptime.comptime(_keep_numbers_unpinned)
+    ask_tracer(_keep_numbers_unpinned, None)
 
 
-def _keep_numbers_unpinned(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`keep_numbers_unpinned`."""
-    try:
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-    except AttributeError:
-        return
+def _keep_numbers_unpinned(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`keep_numbers_unpinned`."""
     site = getattr(tracer.output, _LAST_OPENED, None)
     if site is not None and site.opened is not None:
         site.keep_numbers_unpinned(site.opened)
@@ -367,45 +360,37 @@ def call_or_none(
 ) -> Any | None:
     """``function(*arguments)``, traced; ``None`` (the attempt undone, the reason
     recorded for ``rewrite``) where tracing it fails.  Called only while tracing."""
-    result = None  # set by _call while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_call)
-    return result
+    return ask_tracer(_call, None, rewrite, function, arguments)
 
 
-def _call(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`call_or_none`."""
+def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any) -> Any:
+    """Asked while TorchDynamo traces :func:`call_or_none`: the result's variable."""
     rewrite = "predicate"  # the only caller; asked of TorchDynamo only in the try below
     try:
-        rewrite = context.get_local("rewrite").as_python_constant()
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        function = _variable(context, "function")
-        arguments = _variable(context, "arguments").items
+        rewrite = rewrite_variable.as_python_constant()
+        arguments = arguments_variable.items
         attempt = Attempt(tracer)
         site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
-        record_at(context, rewrite, f"this torch release is not supported ({error})")
-        return
+        record_at(tracer, rewrite, f"this torch release is not supported ({error})")
+        return None
     kept = site.kept_break()
     if kept is not None:
-        record_at(context, rewrite, kept)
-        return
+        record_at(tracer, rewrite, kept)
+        return None
     try:
         result = tracer.inline_user_function_return(function, list(arguments), {})
     except tracer_control():
         raise
     except Exception as error:
         reason = f"a branch cannot be traced: {first_line(error)}"
-        site.abandon(context, rewrite, attempt, reason)
-        return
+        site.abandon(tracer, rewrite, attempt, reason)
+        return None
     raising = raising_operation(attempt.added())
     if raising is not None:
         reason = f"a branch {raising}, which raises"
-        site.abandon(context, rewrite, attempt, reason)
-        return
+        site.abandon(tracer, rewrite, attempt, reason)
+        return None
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
-    tracer.symbolic_locals["result"] = result
-
-
-def _variable(context: Any, name: str) -> Any:
-    return context.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+    return result

@@ -13,7 +13,7 @@ hook, in Python while tracing, through the same TorchDynamo handler
 ``torch.cond`` gets; if it raises, nothing was added to the graph, the reason is
 recorded, and the original ``if`` runs with its graph break.  When it succeeds,
 its result is handed back to the traced code.  The hook reaches TorchDynamo's
-handler for ``cond`` and the traced frame's locals, which are not public API:
+handler for ``cond`` and the traced values' variables, which are not public API:
 they are used on the torch releases this is tested with (2.5 and 2.13) and
 looked up defensively, so that on another release the site keeps its break.
 """
@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from graphmend.runtime import aliasing, cond_layout
+from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import (
     Attempt,
     Site,
@@ -71,7 +72,7 @@ def continuation(
         return None
     then_arguments = tuple(_dense(v) for v in then_arguments)
     else_arguments = tuple(_dense(v) for v in else_arguments)
-    predicate = truth(condition)  # noqa: F841  (read by _capture, as are the branches)
+    predicate = truth(condition)
 
     def then_branch() -> tuple[Any]:
         return _fresh(then_function(*then_arguments))
@@ -79,9 +80,7 @@ def continuation(
     def else_branch() -> tuple[Any]:
         return _fresh(else_function(*else_arguments))
 
-    merged = None  # set by _capture while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_capture)
-    return merged
+    return ask_tracer(_capture, None, predicate, then_branch, else_branch, sparse)
 
 
 def _dense(value: Any) -> Any:
@@ -117,38 +116,37 @@ _UNCOPIABLE = (
 )
 
 
-def _capture(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`continuation`: ``torch.cond``
-    through TorchDynamo's own handler, its operands' layout pinned for TorchInductor
-    (:mod:`graphmend.runtime.cond_layout`); its result becomes the local ``merged``."""
+def _capture(
+    tracer: Any, predicate: Any, then_branch: Any, else_branch: Any, sparse_variable: Any
+) -> Any:
+    """Asked while TorchDynamo traces :func:`continuation`: ``torch.cond`` through
+    TorchDynamo's own handler, its operands' layout pinned for TorchInductor
+    (:mod:`graphmend.runtime.cond_layout`); the variable of its result."""
     try:
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
         handler = _cond_handler()
-        arguments = [_variable(context, name) for name in ("predicate", "then_branch")]
-        arguments += [_variable(context, "else_branch"), _empty_tuple()]
-        frame_locals = tracer.symbolic_locals
+        arguments = [predicate, then_branch, else_branch, _empty_tuple()]
         attempt = Attempt(tracer)
         site = opened_site(tracer) or Site(tracer)
         versions = cond_layout.tensor_versions(attempt.graph)  # before the branches run
-        sparse = context.get_local("sparse").as_python_constant()
+        sparse = sparse_variable.as_python_constant()
     except (AttributeError, ImportError, KeyError, NotImplementedError, TypeError) as error:
-        record_at(context, "continuation", f"this torch release is not supported ({error})")
-        return
+        record_at(tracer, "continuation", f"this torch release is not supported ({error})")
+        return None
     kept = site.kept_break()
     if kept is not None:
-        record_at(context, "continuation", kept)
-        return
+        record_at(tracer, "continuation", kept)
+        return None
     if sparse and not site.one_graph:
-        site.abandon(context, "continuation", attempt, _COPIED_VIEW)
-        return
+        site.abandon(tracer, "continuation", attempt, _COPIED_VIEW)
+        return None
     try:
         result = handler.call_function(tracer, arguments, {})
     except tracer_control():
         raise
     except Exception as error:  # anything else: cond cannot capture the branches
         reason = f"torch.cond cannot capture it: {first_line(error)}"
-        site.abandon(context, "continuation", attempt, reason)
-        return
+        site.abandon(tracer, "continuation", attempt, reason)
+        return None
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
     conds = attempt.added(torch.ops.higher_order.cond)
@@ -159,23 +157,23 @@ def _capture(context: Any) -> None:
                 "two of its results share memory (one tensor twice, or a view of another): "
                 "torch.cond returns a copy of each"
             )
-            site.abandon(context, "continuation", attempt, reason)
-            return
+            site.abandon(tracer, "continuation", attempt, reason)
+            return None
         for cond in conds:
             cond_layout.pin_operands(attempt.graph, cond, versions)
     except (AttributeError, KeyError) as error:
         reason = f"this torch release is not supported ({error})"
-        site.abandon(context, "continuation", attempt, reason)
-        return
+        site.abandon(tracer, "continuation", attempt, reason)
+        return None
     except cond_layout.Unpinnable as error:
         reason = f"TorchInductor could not run the torch.cond: {error}"
-        site.abandon(context, "continuation", attempt, reason)
-        return
+        site.abandon(tracer, "continuation", attempt, reason)
+        return None
     if returned and not aliasing.record(tracer, site, aliasing.fakes(result), returned):
         reason = "this torch release cannot check how its results alias"
-        site.abandon(context, "continuation", attempt, reason)
-        return
-    frame_locals["merged"] = result
+        site.abandon(tracer, "continuation", attempt, reason)
+        return None
+    return result
 
 
 #: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
@@ -192,10 +190,6 @@ def _cond_handler() -> Any:
     from torch._dynamo.variables.higher_order_ops import TorchHigherOrderOperatorVariable
 
     return TorchHigherOrderOperatorVariable.make(torch.ops.higher_order.cond)
-
-
-def _variable(context: Any, name: str) -> Any:
-    return context.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
 
 
 def _empty_tuple() -> Any:

@@ -8,10 +8,11 @@ When a check fails the original code runs there and keeps its graph break;
 and the rank where ``RANK`` is set, so that ``torchrun`` lines can be told
 apart).  :func:`graphmend.report` ties the records to the breaks that remain.
 
-The record is made at trace time through TorchDynamo's ``comptime`` hook, which
-runs a function in Python while tracing and leaves nothing in the graph: the
-values are described from what the tracer knows of them (a tensor's dtype and
-shape, symbolic sizes included), never read from a tensor.
+The record is made at trace time through TorchDynamo's ``comptime`` hook
+(:mod:`graphmend.runtime.asking`), which runs a function in Python while tracing
+and leaves nothing in the graph: the values are described from what the tracer
+knows of them (a tensor's dtype and shape, symbolic sizes included), never read
+from a tensor.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from graphmend.config import ConfigError, debug_log
 from graphmend.notices import write_stderr
+from graphmend.runtime.asking import ask_tracer
 
 #: The name TorchDynamo gives the rest of a function after a graph break.
 _RESUMED = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
@@ -71,31 +73,32 @@ def declined(rewrite: str, template: str, *values: Any) -> None:
     """Record that the site being traced runs its original code: ``template`` says
     why, its ``{0}``, ``{1}``, … are filled with descriptions of ``values`` ("None",
     "a float32[2, 8] tensor").  Called only while TorchDynamo traces."""
-    torch._dynamo.comptime.comptime(_record)
+    ask_tracer(_record, None, rewrite, template, values)
 
 
-def _record(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`declined` (a ``comptime`` hook).
+def _record(
+    tracer: Any, rewrite_variable: Any, template_variable: Any, values_variable: Any
+) -> None:
+    """Asked while TorchDynamo traces :func:`declined`.
 
     A site that traced code before declining (``runtime/attempts.open_site``) is told
     the reason first: it may restart the analysis, and record it then."""
-    rewrite = context.get_local("rewrite").as_python_constant()
-    template = context.get_local("template").as_python_constant()
-    values = context.get_local("values")._i_will_not_complain_if_bc_breaks_VariableTracker()
-    reason = template.format(*(describe(value) for value in values.items))
-    tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-    while tracer is not None and os.path.dirname(tracer.f_code.co_filename) == _RUNTIME_DIR:
-        site_declines = getattr(tracer, ON_DECLINE, None)
+    rewrite = rewrite_variable.as_python_constant()
+    template = template_variable.as_python_constant()
+    reason = template.format(*(describe(value) for value in values_variable.items))
+    caller = tracer
+    while caller is not None and os.path.dirname(caller.f_code.co_filename) == _RUNTIME_DIR:
+        site_declines = getattr(caller, ON_DECLINE, None)
         if site_declines is not None:
             site_declines(reason)
             break
-        tracer = getattr(tracer, "parent", None)
-    record_at(context, rewrite, reason)
+        caller = getattr(caller, "parent", None)
+    record_at(tracer, rewrite, reason)
 
 
-def record_at(context: Any, rewrite: str, reason: str) -> None:
-    """Record a fallback at the user's line being traced (from a ``comptime`` hook)."""
-    tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+def record_at(tracer: Any, rewrite: str, reason: str) -> None:
+    """Record a fallback at the user's line being traced, from a ``comptime`` hook given
+    ``tracer``, the translator of a runtime function (:mod:`graphmend.runtime.asking`)."""
     while tracer is not None and os.path.dirname(tracer.f_code.co_filename) == _RUNTIME_DIR:
         tracer = getattr(tracer, "parent", None)
     if tracer is None:

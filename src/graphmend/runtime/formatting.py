@@ -26,6 +26,7 @@ import torch
 
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
+from graphmend.runtime.asking import ask_tracer
 
 CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, ord("a"): ascii}
 
@@ -81,22 +82,15 @@ def symbolic_while_tracing(value: int | float) -> bool:
 def held_while_tracing(value: int | float) -> str:
     """How TorchDynamo holds the number ``value``: ``"constant"``, ``"symbolic"``, or
     ``"unknown"`` (outside TorchDynamo, or a release that cannot be asked)."""
-    held = "unknown"  # set by _look while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_look)
-    return held
+    return ask_tracer(_look, "unknown", value)
 
 
-def _look(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`held_while_tracing`."""
+def _look(_tracer: Any, value: Any) -> str | None:
+    """Asked while TorchDynamo traces :func:`held_while_tracing`."""
     try:
-        from torch._dynamo.variables import ConstantVariable
-
-        known = context.get_local("value").is_python_constant()
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        held = "constant" if known else "symbolic"
-        tracer.symbolic_locals["held"] = ConstantVariable.create(held)
+        return "constant" if value.is_python_constant() else "symbolic"
     except (AttributeError, ImportError, KeyError, TypeError):
-        return  # another torch release: the value travels as a tensor
+        return None  # another torch release: the value travels as a tensor
 
 
 def _format(value: Any, conversion: int, spec: str) -> str:

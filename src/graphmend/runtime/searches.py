@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
+from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import Site
 from graphmend.runtime.fallbacks import record_at
 
@@ -31,45 +30,40 @@ def search_site() -> int | None:
     """``None`` where an earlier analysis of this compile marked the site to run as
     written (:func:`as_written`); else the site's token for :func:`as_written`.  Outside
     TorchDynamo (non-strict ``torch.export``), ``-1``: the rewritten code runs."""
-    token: int | None = -1  # set by _open_search while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_open_search)
-    return token
+    return ask_tracer(_open_search, -1)
 
 
-def _open_search(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`search_site`."""
+def _open_search(tracer: Any) -> Any:
+    """Asked while TorchDynamo traces :func:`search_site`."""
     from torch._dynamo.variables import ConstantVariable
 
     try:
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
         site = Site(tracer)
     except AttributeError:
-        return  # an unknown tracer: the rewritten code runs, and searches again if it must
+        return None  # an unknown tracer: the rewritten code runs, and searches again if it must
     kept = site.kept_break()
     if kept is not None:
-        record_at(context, "predicate", kept)
-        tracer.symbolic_locals["token"] = ConstantVariable.create(None)
-        return
+        record_at(tracer, "predicate", kept)
+        return ConstantVariable.create(None)  # a variable: None itself leaves the default
     sites = getattr(tracer.output, _SEARCH_SITES, None)
     if sites is None:
         sites = []
         setattr(tracer.output, _SEARCH_SITES, sites)
     sites.append(site)
-    tracer.symbolic_locals["token"] = ConstantVariable.create(len(sites) - 1)
+    return len(sites) - 1
 
 
 def as_written(token: int) -> None:
     """Restart the frame's analysis, the site of ``token`` marked to run as written;
     returns ``None`` (the fallback then searches again, as the original) outside
     TorchDynamo, and where this compile has restarted too often already."""
-    torch._dynamo.comptime.comptime(_restart_as_written)
+    ask_tracer(_restart_as_written, None, token)
 
 
-def _restart_as_written(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`as_written`."""
+def _restart_as_written(tracer: Any, token_variable: Any) -> None:
+    """Asked while TorchDynamo traces :func:`as_written`."""
     try:
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        token = context.get_local("token").as_python_constant()
+        token = token_variable.as_python_constant()
         site = getattr(tracer.output, _SEARCH_SITES)[token] if token >= 0 else None
     except (AttributeError, IndexError, KeyError, TypeError):
         return

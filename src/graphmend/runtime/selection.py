@@ -38,6 +38,7 @@ from torch import nn
 
 from graphmend.runtime import cond_layout
 from graphmend.runtime.aliasing import lazy_views, stored_alias, watch
+from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import call_or_none, open_site
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
@@ -307,32 +308,32 @@ def sizes_undecided(left: torch.Tensor, right: torch.Tensor) -> bool:
     TorchDynamo captured from data (``nonzero``, ``x[:n]`` of an ``.item()``), not known
     equal.  Such a guard is a graph break inside GraphMend's runtime, where the original
     breaks at its ``if``: the site keeps its break.  False outside TorchDynamo."""
-    undecided = False  # set by _decide_sizes while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_decide_sizes)
-    return undecided
+    return ask_tracer(_decide_sizes, False, left, right)
 
 
-def _decide_sizes(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`sizes_undecided`."""
+def _decide_sizes(_tracer: Any, left_variable: Any, right_variable: Any) -> bool | None:
+    """Asked while TorchDynamo traces :func:`sizes_undecided`."""
     try:
-        from torch._dynamo.variables import ConstantVariable
         from torch.fx.experimental.symbolic_shapes import (
             free_unbacked_symbols,
             statically_known_true,
             sym_eq,
         )
 
-        left = context.get_local("left").as_fake()
-        right = context.get_local("right").as_fake()
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+        left = _fake(left_variable)
+        right = _fake(right_variable)
     except (AttributeError, ImportError, KeyError, TypeError):
-        return
+        return None
     if left.dim() != right.dim():
-        return  # unequal, known without a guard
+        return None  # unequal, known without a guard
     if not (free_unbacked_symbols(left.shape) or free_unbacked_symbols(right.shape)):
-        return
-    if not statically_known_true(sym_eq(left.shape, right.shape)):
-        tracer.symbolic_locals["undecided"] = ConstantVariable.create(True)
+        return None
+    return not statically_known_true(sym_eq(left.shape, right.shape))
+
+
+def _fake(variable: Any) -> Any:
+    """The fake tensor TorchDynamo traces for a tensor's variable."""
+    return variable.as_proxy().node.meta["example_value"]
 
 
 def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from graphmend.runtime.asking import ask_tracer
+
 
 def transform_active() -> bool:
     """Whether a ``torch.func`` transform is active now (asked in Python: from a
@@ -27,19 +29,9 @@ def transform_active() -> bool:
 def inside_a_transform() -> bool:
     """Whether the code being traced runs inside a ``torch.func`` transform; False
     outside TorchDynamo.  Called only while tracing."""
-    inside = False  # set by _look while TorchDynamo traces this frame
-    torch._dynamo.comptime.comptime(_look)
-    return inside
+    return ask_tracer(_look, False)
 
 
-def _look(context: Any) -> None:
-    """Runs in Python while TorchDynamo traces :func:`inside_a_transform`."""
-    if not transform_active():
-        return
-    try:
-        from torch._dynamo.variables import ConstantVariable
-
-        tracer = context._i_will_not_complain_if_bc_breaks_InstructionTranslator()
-        tracer.symbolic_locals["inside"] = ConstantVariable.create(True)
-    except (AttributeError, ImportError):
-        return
+def _look(_tracer: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`inside_a_transform`."""
+    return transform_active()
