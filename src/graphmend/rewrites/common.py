@@ -241,6 +241,23 @@ class ModuleContext:
     def changed(self) -> bool:
         return any(finding.rewritten for finding in self.findings)
 
+    def record(
+        self, rewrite: str, node: ast.AST, qualname: str, decision: Decision, reason: str
+    ) -> None:
+        """Record what ``rewrite`` decided at the site at ``node`` (shown by ``explain``)."""
+        self.findings.append(
+            Finding(
+                rewrite=rewrite,
+                filename=self.filename,
+                lineno=node.lineno,  # type: ignore[attr-defined]
+                col=node.col_offset,  # type: ignore[attr-defined]
+                function=qualname,
+                decision=decision,
+                reason=reason,
+                source=site_source(self.lines, node),
+            )
+        )
+
 
 @dataclass(frozen=True)
 class Enclosing:
@@ -329,18 +346,7 @@ class FunctionStatementRewriter:
 
     def record(self, node: ast.AST, decision: Decision, reason: str) -> None:
         """Record the decision on the site at ``node`` (shown by ``explain``)."""
-        self.module.findings.append(
-            Finding(
-                rewrite=self.name,
-                filename=self.module.filename,
-                lineno=node.lineno,  # type: ignore[attr-defined]
-                col=node.col_offset,  # type: ignore[attr-defined]
-                function=self.enclosing.qualname,
-                decision=decision,
-                reason=reason,
-                source=site_source(self.module.lines, node),
-            )
-        )
+        self.module.record(self.name, node, self.enclosing.qualname, decision, reason)
 
     def rewrite_statement(self, statement: ast.stmt) -> ast.stmt | list[ast.stmt]:
         """The replacement of one statement of a function (itself when not a site).

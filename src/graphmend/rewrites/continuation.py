@@ -45,7 +45,7 @@ from graphmend.analysis.bindings import (
     read_before_written,
     shared_with_nested,
 )
-from graphmend.findings import Decision, Finding, site_source
+from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     Decline,
     ModuleContext,
@@ -189,18 +189,7 @@ class ContinuationRewrite:
         return statements
 
     def _record(self, node: ast.stmt, qualname: str, decision: Decision, reason: str) -> None:
-        self.module.findings.append(
-            Finding(
-                rewrite=self.name,
-                filename=self.module.filename,
-                lineno=node.lineno,
-                col=node.col_offset,
-                function=qualname,
-                decision=decision,
-                reason=reason,
-                source=site_source(self.module.lines, node),
-            )
-        )
+        self.module.record(self.name, node, qualname, decision, reason)
 
 
 def _functions(body: list[ast.stmt], prefix: str) -> Iterator[tuple[ast.FunctionDef, str]]:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import is_attribute_chain
 from graphmend.analysis.purity import qualified_name
-from graphmend.findings import Decision, Finding, site_source
+from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     Decline,
     ModuleContext,
@@ -188,18 +188,7 @@ class FromPythonRewrite:
             _replace(parent, field_name, test, _located(asked, test))
 
     def _record(self, node: ast.stmt, qualname: str, decision: Decision, reason: str) -> None:
-        self.module.findings.append(
-            Finding(
-                rewrite=self.name,
-                filename=self.module.filename,
-                lineno=node.lineno,
-                col=node.col_offset,
-                function=qualname,
-                decision=decision,
-                reason=reason,
-                source=site_source(self.module.lines, node),
-            )
-        )
+        self.module.record(self.name, node, qualname, decision, reason)
 
 
 def _located(node: ast.expr, like: ast.expr) -> ast.expr:
