@@ -46,6 +46,13 @@ def local_flags(x):
             break
     return out
 
+def made_in_a_loop(x):
+    sizes = []
+    for i in range(3):
+        flags = torch.tensor([i > 0, i > 1])
+        sizes.append(2 if flags[0] else 3)
+    return x * 2, sizes
+
 def numbers(x):
     y = x * 2
     # not booleans: the items' truth is not the values' (0.5 is truthy, int 0 is not)
@@ -101,6 +108,17 @@ def test_static_addresses_are_marked_after_the_graph(modules):
     assert [key.shape for key in compiled.result[1]] == [key.shape for key in expected[1]]
     marks = [getattr(key, "_dynamo_static_input_type", None) for key in compiled.result[1]]
     assert marks == [key._dynamo_static_input_type for key in expected[1]] != [None] * 3
+
+
+def test_a_tensor_made_anew_in_each_iteration(modules):
+    plain, mended = modules
+    x = torch.randn(3)
+    with pytest.raises(torch._dynamo.exc.Unsupported):  # plain: a break in the loop
+        torch.compile(plain.made_in_a_loop, backend="eager", fullgraph=True)(x)
+    assert _explained(mended.made_in_a_loop, x) == (1, [])
+    compiled = compile_and_run(mended.made_in_a_loop, x, fullgraph=True).result
+    assert compiled[1] == plain.made_in_a_loop(x)[1] == [3, 2, 2]
+    assert torch.equal(compiled[0], plain.made_in_a_loop(x)[0])
 
 
 def test_local_flags_with_not_and_while_tests(modules):
@@ -192,7 +210,13 @@ def test_an_attribute_tensor_whose_owner_is_handed_on_is_declined(call):
         # in the loop again, before the tensor is made anew
         "    for i in range(2):\n        helper(x)\n        flags = torch.tensor([True])\n"
         "        y = 1 if flags[0] else 2\n",
+        "    for i in range(2):\n        flags = torch.tensor([True])\n"
+        "        y = 1 if flags[0] else 2\n        helper(x)\n",
         "    flags = torch.tensor([True])\n    y = 1 if flags[0] else 2\n    x.add_(1)\n",
+        # a list the caller gave (a local bound to a new list is known)
+        "    flags = torch.tensor([True])\n    helper.append(1 if flags[0] else 2)\n",
+        "    sizes = []\n    sizes = helper\n    flags = torch.tensor([True])\n"
+        "    sizes.append(1 if flags[0] else 2)\n",
     ],
 )
 def test_code_after_the_tests_that_may_not_trace_is_declined(code):

@@ -81,6 +81,7 @@ class _Made:
     statement: ast.Assign
     later: list[ast.stmt]  # of its block: where its tests are
     after: list[ast.stmt]  # what else may run later: after its block, its loops again
+    containers: frozenset[str]  # locals holding a list, dict or set made in the function
     tests: list[tuple[ast.AST, str, ast.Subscript]] = field(default_factory=list)
 
 
@@ -142,11 +143,12 @@ class FromPythonRewrite:
     def _tensors_made(
         self, function: ast.FunctionDef, functions: tuple[ast.AST, ...]
     ) -> Iterator[_Made]:
+        containers = _local_containers(function)
         for block, after in _statement_blocks(function.body, []):
             for index, statement in enumerate(block):
                 if self._makes_tensor(statement, functions):
                     assert isinstance(statement, ast.Assign)
-                    yield _Made(statement, block[index + 1 :], after)
+                    yield _Made(statement, block[index + 1 :], after, containers)
 
     def _makes_tensor(self, statement: ast.stmt, functions: tuple[ast.AST, ...]) -> bool:
         if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
@@ -292,13 +294,15 @@ def _replace(parent: ast.AST, field_name: str, old: ast.expr, new: ast.expr) -> 
     setattr(parent, field_name, new)
 
 
-def _walk_scope(node: ast.AST) -> Iterator[ast.AST]:
+def _walk_scope(node: ast.AST, skip: ast.AST | None = None) -> Iterator[ast.AST]:
     """``node`` and the nodes below it that belong to its scope, and the nested scopes
-    there (not what they hold)."""
+    there (not what they hold); not ``skip`` and what it holds."""
+    if node is skip:
+        return
     yield node
     if not isinstance(node, _NESTED_SCOPES):
         for child in ast.iter_child_nodes(node):
-            yield from _walk_scope(child)
+            yield from _walk_scope(child, skip)
 
 
 def _check_kept(made: _Made, called: Callable[[ast.Call], str | None]) -> None:
@@ -329,7 +333,7 @@ def _check_statement(
 ) -> None:
     target = made.statement.targets[0]
     root = _root(target)
-    for node in _walk_scope(statement):
+    for node in _walk_scope(statement, skip=made.statement):  # made again in a loop
         if isinstance(node, _NESTED_SCOPES) and any(
             isinstance(inner, ast.Name) and inner.id == root for inner in ast.walk(node)
         ):
@@ -345,7 +349,7 @@ def _check_statement(
                 f"{ast.unparse(node.func)}() cannot be traced, and the original broke the "
                 "graph before it"
             )
-        if _unknown(node, root, fresh, called):
+        if _unknown(node, root, fresh, made.containers, called):
             raise Decline(
                 f"{ast.unparse(node.func)}() may reach {root} or fail to trace where the "
                 "original broke the graph before it"
@@ -401,7 +405,11 @@ def _fresh_containers(later: list[ast.stmt], root: str) -> dict[int, set[str]]:
 
 
 def _unknown(
-    call: ast.Call, root: str, fresh: set[str], called: Callable[[ast.Call], str | None]
+    call: ast.Call,
+    root: str,
+    fresh: set[str],
+    containers: frozenset[str],
+    called: Callable[[ast.Call], str | None],
 ) -> bool:
     """Whether ``call`` may reach what ``root`` holds, or is not known to trace."""
     arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
@@ -413,12 +421,59 @@ def _unknown(
     method = call.func
     return not (
         isinstance(method, ast.Attribute)
-        and isinstance(method.value, ast.Attribute)
-        and isinstance(method.value.value, ast.Name)
-        and method.value.value.id == root
-        and method.value.attr in fresh
         and method.attr in _CONTAINER_METHODS
+        and _container(method.value, root, fresh, containers)
     )
+
+
+def _container(receiver: ast.expr, root: str, fresh: set[str], local: frozenset[str]) -> bool:
+    """Whether ``receiver`` is a list, dict or set made in the function: an attribute of
+    ``root`` stored as one (``fresh``), or a local bound only to such displays."""
+    if isinstance(receiver, ast.Name):
+        return receiver.id in local
+    return (
+        isinstance(receiver, ast.Attribute)
+        and isinstance(receiver.value, ast.Name)
+        and receiver.value.id == root
+        and receiver.attr in fresh
+    )
+
+
+def _local_containers(function: ast.FunctionDef) -> frozenset[str]:
+    """Locals of ``function`` bound only by ``name = <list, dict or set display>`` in its
+    own scope: never a parameter, never bound otherwise, never named in a nested scope."""
+    displays: dict[str, list[ast.Name]] = {}
+    others = {argument.arg for argument in ast.walk(function.args) if isinstance(argument, ast.arg)}
+    stores: list[ast.Name] = []
+    for statement in function.body:
+        for node in _walk_scope(statement):
+            if isinstance(node, _NESTED_SCOPES):
+                others |= {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name)}
+            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                stores.append(node)
+            else:
+                others |= _bound_without_a_name_node(node)
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, _DISPLAYS)
+            ):
+                displays.setdefault(node.targets[0].id, []).append(node.targets[0])
+    by_display = {id(target) for targets in displays.values() for target in targets}
+    others |= {store.id for store in stores if id(store) not in by_display}
+    return frozenset(displays.keys() - others)
+
+
+def _bound_without_a_name_node(node: ast.AST) -> set[str]:
+    """Names a node binds that no ``ast.Name`` holds (``global``, ``import``, ``except ...
+    as``, ``match`` captures)."""
+    if isinstance(node, ast.Global | ast.Nonlocal):
+        return set(node.names)
+    if isinstance(node, ast.alias):
+        return {(node.asname or node.name).split(".")[0]}
+    name = getattr(node, "name", None) or getattr(node, "rest", None)
+    return {name} if isinstance(name, str) else set()
 
 
 def _may_be(argument: ast.expr, root: str) -> bool:
