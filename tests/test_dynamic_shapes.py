@@ -10,6 +10,7 @@ frame to eager; plain compile, breaking at the ``if``, never traces that arm.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,42 @@ def merged_with_symbolic_sizes(x):
     else:
         y = x - 1
     return y + 1
+
+
+def sizes_equal_for_some_rows(x):
+    x = x.clone()
+    z = x[: x.shape[0] // 2 + 1]
+    if x.sum() > 0:
+        y = x[1:] * 2
+    else:
+        y = z * 3
+    return y * 2
+
+
+def two_rows_or_all_but_one(x):
+    x = x.clone()
+    if x.sum() > 0:
+        y = x[:2]
+    else:
+        y = x[1:] * 2
+    return y * 2
+
+
+def a_size_or_a_number(x):
+    x = x.clone()
+    if x.sum() > 0:
+        k = x.shape[0]
+    else:
+        k = 2
+    return x * k
+
+
+def shapes_of_both_arms(x):
+    if x.sum() > 0:
+        shape = x.shape
+    else:
+        shape = (x * 2).shape
+    return x.reshape(shape) * 2
 """
 
 #: Row counts past TorchDynamo's recompile limit (8); the sum is negative.
@@ -65,12 +102,14 @@ def modules(tmp_path_factory: pytest.TempPathFactory):
     return import_both(directory, "dynamic", SOURCE)
 
 
-def _graphs(function, dynamic: bool | None) -> tuple[int, list[torch.Tensor]]:
+def _graphs(
+    function, dynamic: bool | None, rows: Sequence[int] = ROWS, *, grad: bool = False
+) -> tuple[int, list[torch.Tensor]]:
     torch._dynamo.reset()
     counter = CompileCounter()
     compiled = torch.compile(function, backend=counter, dynamic=dynamic)
-    with torch.no_grad():
-        results = [compiled(-torch.ones(rows, 4)) for rows in ROWS]
+    with torch.set_grad_enabled(grad):
+        results = [compiled(-torch.ones(count, 4)) for count in rows]
     return counter.frame_count, results
 
 
@@ -85,6 +124,34 @@ def test_code_that_pins_a_size_keeps_the_break(modules, name: str, dynamic) -> N
     for got, want in zip(mended_results, plain_results, strict=True):
         assert torch.equal(got, want)
     assert any("one size" in record.reason for record in fallbacks.records())
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [
+        ("sizes_equal_for_some_rows", (3, 4, 5, 6)),
+        ("two_rows_or_all_but_one", (3, 4, 5, 6)),
+        ("a_size_or_a_number", (2, 3, 4, 5)),
+        ("shapes_of_both_arms", (3, 4, 5, 6)),
+    ],
+)
+def test_deciding_whether_arms_merge_guards_on_no_size(
+    modules, name: str, rows: tuple[int, ...], dynamic
+) -> None:
+    """T1 compares the arms' results (their shapes, numbers) to decide whether they
+    merge, which the original never does.  The comparison guarded on the sizes: arms of
+    ``s0 - 1`` and ``s0 // 2 + 1`` rows merged where those are equal, pinning the frame to
+    those sizes (one more compile for each other size), and a size compared with a number
+    pinned it to that number.  Two ``torch.Size`` were compared by identity, which
+    TorchDynamo cannot trace: a graph break inside GraphMend's runtime.  (While autograd
+    records: in inference continuation merges these sites after T1 declines.)"""
+    plain_module, mended_module = modules
+    plain, plain_results = _graphs(getattr(plain_module, name), dynamic, rows, grad=True)
+    mended, mended_results = _graphs(getattr(mended_module, name), dynamic, rows, grad=True)
+    assert mended <= plain, (plain, mended)
+    for got, want in zip(mended_results, plain_results, strict=True):
+        assert torch.equal(got, want)
 
 
 def test_under_fullgraph_a_pinned_size_keeps_the_merge(modules) -> None:
@@ -118,13 +185,15 @@ def test_a_size_marked_dynamic_is_not_pinned(modules) -> None:
     assert mended <= plain, counts
 
 
-def test_symbolic_sizes_that_stay_symbolic_still_merge(modules) -> None:
-    """An arm that computes with a size without pinning it merges: one graph, no break."""
-    _, mended_module = modules
-    mended, results = _graphs(mended_module.merged_with_symbolic_sizes, True)
+@pytest.mark.parametrize("name", ["merged_with_symbolic_sizes", "shapes_of_both_arms"])
+def test_symbolic_sizes_that_stay_symbolic_still_merge(modules, name: str) -> None:
+    """An arm that computes with a size without pinning it merges, and so do arms whose
+    results are sizes known equal for every size: one graph, no break."""
+    plain_module, mended_module = modules
+    mended, results = _graphs(getattr(mended_module, name), True)
     assert mended == 1
     for rows, result in zip(ROWS, results, strict=True):
-        assert torch.equal(result, -torch.ones(rows, 4) - 1 + 1)
+        assert torch.equal(result, getattr(plain_module, name)(-torch.ones(rows, 4)))
 
 
 def test_formatting_a_symbolic_float_after_the_graph_makes_no_graph(modules, capsys) -> None:

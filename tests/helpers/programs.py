@@ -97,6 +97,14 @@ _GUARD_THRESHOLDS = ("3.0", "1.0", "5.0")
 #: Kinds of tensor values an assignment or an arm computes.
 VALUE_KINDS = ("pure", "linear", "unmergeable")
 _RETURNS = ("x", "x + 1", "x.to(torch.int64)", "self.buf", "(x, self.buf)", "{lin}")
+#: Arms giving sizes, numbers read from sizes, or slices whose row counts follow the
+#: input's (equal for some row counts only), each with a use of what they give.
+_SIZED_ARMS = (
+    ("s = x.shape", "s = (x * 2).shape", "x = x.reshape(s) * 2"),
+    ("k = x.shape[0]", "k = 2", "x = x * k"),
+    ("y = x[1:] * 2", "y = x[: x.shape[0] // 2 + 1] * 3", "x = x + y.sum()"),
+    ("y = x[:2]", "y = x[1:] * 2", "x = x * y.mean()"),
+)
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,13 @@ class Program:
         rows = len(first.rows)
         calls = tuple(Call(tuple((call.rows * rows)[:rows]), first.t) for call in self.calls)
         return replace(self, calls=calls)
+
+    def resized(self) -> Program:
+        """The same program, every call with the first call's ``t`` and the rows drawn:
+        graphs are counted on calls that recompile only for a new size (automatic dynamic
+        shapes) or where the data decide a branch."""
+        first = self.calls[0]
+        return replace(self, calls=tuple(replace(call, t=first.t) for call in self.calls))
 
     def describe(self) -> str:
         """The forward body and the calls, as a failure message shows them."""
@@ -231,6 +246,16 @@ def _conditional(writer: _Writer, depth: int) -> list[str]:
     return [f"x = {writer.value()} if {writer.condition()} else {writer.value()}"]
 
 
+def _sized(writer: _Writer, depth: int) -> list[str]:
+    """A tensor ``if`` whose arms give sizes or values sized after the input
+    (:data:`_SIZED_ARMS`), then a use of them: deciding whether such arms merge must not
+    guard on a symbolic size."""
+    then, other, use = writer.draw(st.sampled_from(_SIZED_ARMS))
+    if writer.draw(st.booleans()):
+        then, other = other, then
+    return [f"if {writer.condition()}:", f"    {then}", "else:", f"    {other}", use]
+
+
 def _mask(writer: _Writer, depth: int) -> list[str]:
     """A mask that is ``None`` or a tensor (set in an arm), and a use of it."""
     writer.uses_mask = True
@@ -286,6 +311,7 @@ PATTERNS: dict[str, Pattern] = {
     "if": _if,
     "conditional": _conditional,
     "mask": _mask,
+    "sized": _sized,
     "in_place": _in_place,
     "store": _store,
     "store_in_arm": _store_in_arm,

@@ -296,44 +296,80 @@ def _records_gradients(values: tuple[Any, ...]) -> bool:
 def _same_metadata(left: torch.Tensor, right: Any) -> bool:
     return (
         isinstance(right, torch.Tensor)
-        and not sizes_undecided(left, right)
-        and left.shape == right.shape
+        and known_equal(left.shape, right.shape)
         and left.dtype == right.dtype
         and left.device == right.device
     )
 
 
-def sizes_undecided(left: torch.Tensor, right: torch.Tensor) -> bool:
-    """Whether comparing the sizes of ``left`` and ``right`` would guard on data: sizes
-    TorchDynamo captured from data (``nonzero``, ``x[:n]`` of an ``.item()``), not known
-    equal.  Such a guard is a graph break inside GraphMend's runtime, where the original
-    breaks at its ``if``: the site keeps its break.  False outside TorchDynamo."""
-    return ask_tracer(_decide_sizes, False, left, right)
+def known_equal(left: Any, right: Any) -> bool:
+    """``left == right`` for numbers or sequences of them (sizes, strides; a float equals
+    another of its sign only), true only where it holds without a guard.
+
+    Comparing symbolic sizes or floats in traced code guards on the outcome: equal sizes
+    (``x[:2]`` and ``x[1:]`` of 3 rows) pin the frame to the sizes where they are equal,
+    different ones to those where they differ, and a size captured from data
+    (``nonzero``) is a graph break inside GraphMend's runtime.  The original compares
+    nothing of the kind, so the frame would compile again where the original's does not.
+    TorchDynamo's knowledge decides instead (:func:`_decide_equal`); outside TorchDynamo
+    (non-strict export runs the code in Python) Python's ``==`` does."""
+    equal = ask_tracer(_decide_equal, None, left, right)
+    if equal is None:
+        return _equal_numbers(left, right)
+    return equal
 
 
-def _decide_sizes(_tracer: Any, left_variable: Any, right_variable: Any) -> bool | None:
-    """Asked while TorchDynamo traces :func:`sizes_undecided`."""
+def _decide_equal(_tracer: Any, left: Any, right: Any) -> bool | None:
+    """Asked while TorchDynamo traces :func:`known_equal`: equal where TorchDynamo knows it
+    for every value of the symbols, not equal where it does not (or where the values are
+    not numbers)."""
     try:
-        from torch.fx.experimental.symbolic_shapes import (
-            free_unbacked_symbols,
-            statically_known_true,
-            sym_eq,
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+    except ImportError:
+        return None
+    try:
+        numbers = [_numbers(variable) for variable in (left, right)]
+        return _equal_numbers(*numbers, lambda a, b: bool(statically_known_true(a == b)))
+    except Exception:  # anything else is no proof of equality
+        return False
+
+
+def _numbers(variable: Any) -> Any:
+    """The number (a ``SymInt`` or ``SymFloat`` where symbolic), or list of numbers, that
+    a TorchDynamo variable stands for; raises for anything else."""
+    from torch._dynamo.variables import SymNodeVariable
+    from torch._dynamo.variables.lists import BaseListVariable
+
+    if isinstance(variable, SymNodeVariable):
+        return variable.sym_num
+    if isinstance(variable, BaseListVariable):
+        return [_numbers(item) for item in variable.items]
+    return _constant_numbers(variable.as_python_constant())
+
+
+def _constant_numbers(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_constant_numbers(item) for item in value]
+    if type(value) not in (int, float, bool):
+        raise NotImplementedError(f"not a number: {type(value).__name__}")
+    return value
+
+
+def _equal_numbers(
+    left: Any, right: Any, equal: Callable[[Any, Any], bool] = lambda a, b: bool(a == b)
+) -> bool:
+    """Numbers or sequences of them, element by element, numbers compared by ``equal``; a
+    float equals another only of its sign (``x * 0.0`` and ``x * -0.0`` differ)."""
+    if isinstance(left, (list, tuple)) or isinstance(right, (list, tuple)):
+        return (
+            isinstance(left, (list, tuple))
+            and isinstance(right, (list, tuple))
+            and len(left) == len(right)
+            and all(_equal_numbers(a, b, equal) for a, b in zip(left, right, strict=True))
         )
-
-        left = _fake(left_variable)
-        right = _fake(right_variable)
-    except (AttributeError, ImportError, KeyError, TypeError):
-        return None
-    if left.dim() != right.dim():
-        return None  # unequal, known without a guard
-    if not (free_unbacked_symbols(left.shape) or free_unbacked_symbols(right.shape)):
-        return None
-    return not statically_known_true(sym_eq(left.shape, right.shape))
-
-
-def _fake(variable: Any) -> Any:
-    """The fake tensor TorchDynamo traces for a tensor's variable."""
-    return variable.as_proxy().node.meta["example_value"]
+    if type(left) is float and type(right) is float:
+        return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
+    return equal(left, right)
 
 
 def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:
@@ -341,7 +377,7 @@ def _same_layout(left: torch.Tensor, right: torch.Tensor) -> bool:
     (``.stride()``), and they decide the memory format of results that an operation
     lays out like its input (``interpolate`` of ``[4, 3, 1, 1]`` strided ``(3, 1, 3, 3)``
     is channels-last, of one strided ``(3, 1, 1, 1)`` contiguous)."""
-    return all(a == b for a, b in zip(left.stride(), right.stride(), strict=True))
+    return known_equal(left.stride(), right.stride())
 
 
 def _same_kind(left: torch.Tensor, right: torch.Tensor) -> bool:
@@ -378,14 +414,15 @@ def _merge_plan(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> l
 
 def _same_object(left: Any, right: Any) -> bool:
     """``left is right``, asked only of values TorchDynamo can compare by identity: it
-    cannot for two built containers (it would break the graph), and a tuple is compared
-    by its items instead."""
-    if type(left) in _CONTAINERS or type(right) in _CONTAINERS:
+    cannot for two built containers, ``torch.Size`` or another tuple type among them (it
+    would break the graph), which are compared by their items instead, nor for symbolic
+    numbers without a guard, which are compared by value."""
+    if isinstance(left, _BY_VALUE) or isinstance(right, _BY_VALUE):
         return False
     return left is right
 
 
-_CONTAINERS = (tuple, list, dict, set)
+_BY_VALUE = (tuple, list, dict, set, int, float)
 
 
 def _decline_merge(then_values: tuple[Any, ...], else_values: tuple[Any, ...]) -> None:
@@ -415,7 +452,8 @@ def _how_alike_tensors_differ(left: Any, right: Any) -> str:
 
 
 def _identical(left: Any, right: Any) -> bool:
-    """Whether either value may stand for both: the same object, or equal immutable values."""
+    """Whether either value may stand for both: the same object, or equal immutable values
+    (numbers and sizes equal without a guard, :func:`known_equal`)."""
     if _same_object(left, right):
         return True
     if type(left) is not type(right):
@@ -424,8 +462,8 @@ def _identical(left: Any, right: Any) -> bool:
         return len(left) == len(right) and all(
             _identical(a, b) for a, b in zip(left, right, strict=True)
         )
-    if type(left) is float:
-        return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
+    if type(left) in (int, float, torch.Size):
+        return known_equal(left, right)
     return type(left) in IMMUTABLE_TYPES and left == right
 
 
