@@ -172,17 +172,40 @@ def test_the_launchers_own_names_survive_the_run(project):
     assert result.returncode == 4, result.stderr
 
 
+UNCAUGHT = "def boom():\n    raise KeyError('gone')\n\nboom()\n"
+LAST_VALUE = "import atexit, sys\natexit.register(lambda: print(repr(sys.last_value)))\n"
+FAILING_HOOK = (
+    "import sys\n\ndef hook(kind, value, traceback):\n"
+    "    print('handling', sys.exc_info()[0])\n    raise RuntimeError('hook failed')\n\n"
+    "sys.excepthook = hook\n"
+)
+
+
 @pytest.mark.parametrize(
     "source",
-    ["import torch\ndef f(:\n    pass\n", "def boom():\n    raise KeyError('gone')\n\nboom()\n"],
-    ids=["syntax error", "uncaught exception"],
+    [
+        "import torch\ndef f(:\n    pass\n",
+        UNCAUGHT,
+        LAST_VALUE + UNCAUGHT,
+        FAILING_HOOK + UNCAUGHT,
+        "import sys\ndel sys.excepthook\n" + UNCAUGHT,
+        "import sys\nsys.excepthook = lambda *error: sys.exit(1)\n" + UNCAUGHT,
+    ],
+    ids=[
+        "syntax error",
+        "uncaught exception",
+        "atexit reads sys.last_value",
+        "excepthook fails",
+        "excepthook missing",
+        "excepthook exits",
+    ],
 )
 def test_a_failing_script_exits_1_with_what_python_prints(project, source):
     (project / "failing.py").write_text(source)
     plain = run_python("failing.py", cwd=project)
     mended = run_python("-m", "graphmend", "run", "failing.py", cwd=project)
     assert plain.returncode == mended.returncode == 1
-    assert mended.stderr == plain.stderr
+    assert (mended.stdout, mended.stderr) == (plain.stdout, plain.stderr)
     assert "graphmend" not in mended.stderr
 
 
@@ -230,11 +253,12 @@ INTERRUPTED = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("hook", ["", "import sys\ndel sys.excepthook\n"], ids=["", "no hook"])
 @pytest.mark.parametrize("as_module", [False, True], ids=["script", "module"])
-def test_an_interrupted_script_ends_with_what_python_prints(project, as_module):
+def test_an_interrupted_script_ends_with_what_python_prints(project, as_module, hook):
     # Ctrl-C: the traceback of the script alone, then the atexit handlers, then the
     # exit by SIGINT, as with plain python.
-    (project / "interrupted.py").write_text(INTERRUPTED)
+    (project / "interrupted.py").write_text(hook + INTERRUPTED)
     target = ["-m", "interrupted"] if as_module else ["interrupted.py"]
     plain = run_python(*target, cwd=project)
     mended = run_python("-m", "graphmend", "run", *target, cwd=project)
