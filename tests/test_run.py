@@ -9,6 +9,7 @@ import sys
 import textwrap
 import zipfile
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -110,6 +111,23 @@ def test_a_command_sees_what_python_dash_c_gives_it(project):
     failing = run_python("-m", "graphmend", "run", "-c", "1/0", cwd=project)
     assert failing.returncode == 1
     assert failing.stderr == run_python("-c", "1/0", cwd=project).stderr
+
+
+@pytest.mark.parametrize("cookie", ["# coding: latin-1", "#!python\n# vim: fileencoding=bogus"])
+def test_a_command_is_utf_8_whatever_its_coding_comment_says(project, cookie):
+    # python -c ignores a coding comment: 'é' is one character, and no encoding is looked up.
+    command = f"{cookie}\nprint('\u00e9', len('\u00e9'))\n1 / 0"
+    plain = run_python("-c", command, cwd=project)
+    mended = run_python("-m", "graphmend", "run", "-c", command, cwd=project)
+    assert plain.stdout == "\u00e9 1\n" and plain.returncode == 1
+    assert (mended.returncode, mended.stdout, mended.stderr) == (1, plain.stdout, plain.stderr)
+
+
+@pytest.mark.parametrize("name", [".relative", "not a name", "!excluded", "glob*"])
+def test_a_name_that_is_no_module_name_is_refused_as_python_refuses_it(project, name):
+    plain = run_python("-m", name, cwd=project)
+    mended = run_python("-m", "graphmend", "run", "-m", name, cwd=project)
+    assert (mended.returncode, mended.stderr) == (plain.returncode, plain.stderr) == (1, ANY)
 
 
 def test_a_double_dash_ends_the_options(project):

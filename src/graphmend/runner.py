@@ -19,6 +19,7 @@ import importlib.util
 import marshal
 import os
 import pkgutil
+import re
 import runpy
 import sys
 import types
@@ -33,6 +34,8 @@ from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
 
 _OWN_FILES = (str(Path(graphmend.__file__).parent), runpy.__file__)
+#: A comment that declares the encoding of a source file (PEP 263).
+_CODING_COMMENT = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
 
 
 class ScriptError(Exception):
@@ -97,9 +100,19 @@ def run_command(command: str, args: list[str], config: Config) -> None:
     """Execute what ``python -c command`` executes: ``command``, named ``<string>``, in a
     ``__main__`` without ``__file__``, with the current directory first on ``sys.path``."""
     loader = importlib.machinery.BuiltinImporter
-    source = command.encode("utf-8", "surrogateescape")
+    source = _cookie_ignored(command.encode("utf-8", "surrogateescape"))
     program = _Program("__main__", "<string>", source, False, loader, has_file=False)
     _run_source(program, ["-c", *args], "", config)
+
+
+def _cookie_ignored(source: bytes) -> bytes:
+    """``source`` as ``python -c`` reads its command, as UTF-8 whatever a coding comment
+    in its first two lines says: such a comment is emptied (the lines stay as they are)."""
+    lines = source.split(b"\n", 2)
+    for index, line in enumerate(lines[:2]):
+        if _CODING_COMMENT.match(line):
+            lines[index] = b"#"
+    return b"\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -170,9 +183,11 @@ def run_module(module: str, args: list[str], config: Config) -> None:
     """Execute ``module`` as ``python -m module`` would, with the hook claiming it.
 
     A module GraphMend never claims (``torch.distributed.run``, a standard
-    library tool) runs as it is; the processes it starts get the hook.
+    library tool) runs as it is; the processes it starts get the hook.  A name that
+    is no module name (``.relative``) is left to ``runpy`` to refuse, as Python does.
     """
-    _install(config if reserved(module) else config.with_more_packages([module]))
+    claimable = not reserved(module) and all(part.isidentifier() for part in module.split("."))
+    _install(config.with_more_packages([module]) if claimable else config)
     sys.argv = [module, *args]
     _run_as_main(module, alter_argv=True)
 
