@@ -173,7 +173,10 @@ def _script_code(path: str, data: bytes, compiled: bool) -> types.CodeType:
         return compile(data, path, "exec", dont_inherit=True)
     if data[:4] != importlib.util.MAGIC_NUMBER:
         raise RuntimeError("Bad magic number in .pyc file")
-    code = marshal.loads(data[16:])  # after the magic number, flags and source stamp
+    try:
+        code = marshal.loads(data[16:])  # after the magic number, flags and source stamp
+    except (EOFError, ValueError, TypeError):
+        code = None  # the interpreter says no more than that either
     if not isinstance(code, types.CodeType):
         raise RuntimeError("Bad code object in .pyc file")
     return code
