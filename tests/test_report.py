@@ -302,6 +302,8 @@ def test_real_models_every_remaining_break_is_explained(real_reports, case) -> N
 
 #: torch.compile of modules as scripts use it: true under plain torch.compile.
 COMPILED_MODULES = """
+import copy
+
 import torch
 
 net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
@@ -311,6 +313,8 @@ compiled = torch.compile(net)
 assert isinstance(compiled, torch.nn.Module)
 assert list(compiled.state_dict()) == ["_orig_mod.0.weight", "_orig_mod.0.bias"]
 assert compiled._orig_mod is net and compiled.training and compiled.tag == "mine"
+average = copy.deepcopy(compiled)  # as an exponential moving average of the weights is made
+assert average.tag == "mine" and average._orig_mod is not net
 """
 
 

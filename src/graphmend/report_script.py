@@ -53,6 +53,8 @@ class _FirstCall:
         return self._function(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
+        if "_function" not in vars(self):  # being copied or unpickled: not set yet
+            raise AttributeError(name)
         return getattr(self._function, name)
 
 
@@ -74,6 +76,8 @@ class _FirstCallModule(torch.nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
+            if "_orig_mod" not in vars(self).get("_modules", {}):  # being copied: not set yet
+                raise
             return getattr(self._modules["_orig_mod"], name)
 
 
