@@ -10,6 +10,7 @@ import marshal
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -238,7 +239,7 @@ def test_directory_others_can_write_is_not_used(cache_dir, module_file, which, w
     assert _entries(cache_dir) == [entry]
     assert BytecodeCache(cache_dir).check().access is Access.UNUSABLE
     assert BytecodeCache(cache_dir).info().entries == 0
-    assert BytecodeCache(cache_dir).clear() == 0
+    assert BytecodeCache(cache_dir).clear().removed == 0
     assert entry.exists()
 
 
@@ -544,3 +545,41 @@ def test_cli_warm_refuses_a_cache_others_can_write(tmp_path, cache_dir, monkeypa
     with pytest.warns(GraphMendWarning, match="others can write it"):
         assert cli_main(["cache", "info"]) == 0
     assert "access:    unusable (" in capsys.readouterr().out
+
+
+#: Runs a command without root's power to ignore file modes (as root, through setpriv).
+AS_A_USER = (
+    ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0
+    else []
+)
+
+
+def _cache_command(action: str, cache_dir: Path) -> subprocess.CompletedProcess[str]:
+    command = [*AS_A_USER, sys.executable, "-m", "graphmend", "cache", action]
+    environment = {**os.environ, "GRAPHMEND_CACHE_DIR": str(cache_dir)}
+    return subprocess.run(command, env=environment, capture_output=True, text=True)
+
+
+@posix_modes
+@pytest.mark.skipif(AS_A_USER != [] and not shutil.which("setpriv"), reason="needs setpriv")
+def test_cli_info_and_clear_say_what_they_cannot_read_or_remove(cache_dir, module_file):
+    assert _build(cache_dir, module_file).code is not None
+    (entry,) = _entries(cache_dir)
+    try:
+        entry.parent.chmod(0o500)  # entries can be read, none removed
+        cleared = _cache_command("clear", cache_dir)
+        assert (cleared.returncode, cleared.stdout) == (1, f"removed 0 entries from {cache_dir}\n")
+        assert f"graphmend: error: {entry} cannot be removed (Permission denied)" in cleared.stderr
+        assert entry.exists()
+        cache_dir.chmod(0o300)  # nothing can be listed
+        info = _cache_command("info", cache_dir)
+        assert info.returncode == 1, info.stderr
+        unknown = f"entries:   unknown ({cache_dir} cannot be listed: Permission denied)"
+        assert unknown in info.stdout
+        cleared = _cache_command("clear", cache_dir)
+        assert cleared.returncode == 1
+        assert f"{cache_dir} cannot be listed (Permission denied)" in cleared.stderr
+    finally:
+        cache_dir.chmod(0o700)
+        entry.parent.chmod(0o700)

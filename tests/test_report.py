@@ -13,6 +13,8 @@ import torch
 
 import graphmend
 from graphmend.breaks import observe
+from graphmend.cli import main as cli_main
+from graphmend.report_script import script_calls
 from graphmend.reporting import Report, Verdict
 from helpers.modules import import_both, import_plain, import_rewritten
 from helpers.processes import offline_model_environment, run_python
@@ -296,3 +298,39 @@ def test_real_models_every_remaining_break_is_explained(real_reports, case) -> N
         assert entry["why"] and entry["category"] and entry["source"], entry
     if not REAL_MODELS[case]:
         assert report["graphs"] == 1 and not report["breaks"]
+
+
+#: torch.compile of modules as scripts use it: true under plain torch.compile.
+COMPILED_MODULES = """
+import copy
+
+import torch
+
+net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+net[1] = torch.compile(net[1])  # a compiled module assigned as a submodule
+net.tag = "mine"
+compiled = torch.compile(net)
+assert isinstance(compiled, torch.nn.Module)
+assert list(compiled.state_dict()) == ["_orig_mod.0.weight", "_orig_mod.0.bias"]
+assert compiled._orig_mod is net and compiled.training and compiled.tag == "mine"
+average = copy.deepcopy(compiled)  # as an exponential moving average of the weights is made
+assert average.tag == "mine" and average._orig_mod is not net
+"""
+
+
+def test_a_compiled_module_is_a_module_while_the_script_is_reported(tmp_path: Path) -> None:
+    exec(COMPILED_MODULES, {})  # as the script runs without report (no call: no compile)
+    path = tmp_path / "compiles_modules.py"
+    path.write_text(COMPILED_MODULES + "compiled(torch.ones(2))\n")
+    calls = script_calls(str(path), [], None)
+    assert [type(function).__name__ for function, *_ in calls] == ["Sequential", "ReLU"]
+
+
+@pytest.mark.parametrize("built", ["linear, 5", "linear, (torch.ones(2),), 7"])
+def test_report_command_says_what_a_named_function_returns_wrong(tmp_path, built, capsys) -> None:
+    path = tmp_path / "builds.py"
+    path.write_text(
+        f"import torch\n\ndef build():\n    linear = torch.nn.Linear(2, 2)\n    return {built}\n"
+    )
+    assert cli_main(["report", f"{path}:build"]) == 2
+    assert "build() must return (model, args) or (model, args, kwargs)" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import textwrap
 import zipfile
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -112,6 +114,23 @@ def test_a_command_sees_what_python_dash_c_gives_it(project):
     assert failing.stderr == run_python("-c", "1/0", cwd=project).stderr
 
 
+@pytest.mark.parametrize("cookie", ["# coding: latin-1", "#!python\n# vim: fileencoding=bogus"])
+def test_a_command_is_utf_8_whatever_its_coding_comment_says(project, cookie):
+    # python -c ignores a coding comment: 'é' is one character, and no encoding is looked up.
+    command = f"{cookie}\nprint('\u00e9', len('\u00e9'))\n1 / 0"
+    plain = run_python("-c", command, cwd=project)
+    mended = run_python("-m", "graphmend", "run", "-c", command, cwd=project)
+    assert plain.stdout == "\u00e9 1\n" and plain.returncode == 1
+    assert (mended.returncode, mended.stdout, mended.stderr) == (1, plain.stdout, plain.stderr)
+
+
+@pytest.mark.parametrize("name", [".relative", "not a name", "!excluded", "glob*"])
+def test_a_name_that_is_no_module_name_is_refused_as_python_refuses_it(project, name):
+    plain = run_python("-m", name, cwd=project)
+    mended = run_python("-m", "graphmend", "run", "-m", name, cwd=project)
+    assert (mended.returncode, mended.stderr) == (plain.returncode, plain.stderr) == (1, ANY)
+
+
 def test_a_double_dash_ends_the_options(project):
     (project / "-dash.py").write_text(IDENTITY)
     plain = run_python("--", "-dash.py", "-p", "0", cwd=project)
@@ -164,6 +183,17 @@ def test_a_compiled_script_runs_as_with_python(project):
     assert (mended.returncode, _lines(mended), mended.stderr) == (0, _lines(plain), plain.stderr)
 
 
+@pytest.mark.parametrize("payload", [b"", b"garbage", b"\xff\xff", b"\xe9\x05\x00\x00\x00"])
+def test_a_compiled_script_with_bad_code_fails_as_with_python(project, payload):
+    # The magic number of this interpreter, then what marshal cannot read or is no code.
+    header = importlib.util.MAGIC_NUMBER + bytes(12)
+    (project / "bad.pyc").write_bytes(header + payload)
+    plain = run_python("bad.pyc", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "bad.pyc", cwd=project)
+    assert plain.stderr == "RuntimeError: Bad code object in .pyc file\n"
+    assert (mended.returncode, mended.stderr) == (plain.returncode, plain.stderr) == (1, ANY)
+
+
 def test_the_launchers_own_names_survive_the_run(project):
     # A launcher (a console script, `python -c`) still reads its globals after main().
     (project / "quiet.py").write_text("value = 1\n")
@@ -172,18 +202,57 @@ def test_the_launchers_own_names_survive_the_run(project):
     assert result.returncode == 4, result.stderr
 
 
+UNCAUGHT = "def boom():\n    raise KeyError('gone')\n\nboom()\n"
+LAST_VALUE = "import atexit, sys\natexit.register(lambda: print(repr(sys.last_value)))\n"
+FAILING_HOOK = (
+    "import sys\n\ndef hook(kind, value, traceback):\n"
+    "    print('handling', sys.exc_info()[0])\n    raise RuntimeError('hook failed')\n\n"
+    "sys.excepthook = hook\n"
+)
+
+
 @pytest.mark.parametrize(
     "source",
-    ["import torch\ndef f(:\n    pass\n", "def boom():\n    raise KeyError('gone')\n\nboom()\n"],
-    ids=["syntax error", "uncaught exception"],
+    [
+        "import torch\ndef f(:\n    pass\n",
+        UNCAUGHT,
+        LAST_VALUE + UNCAUGHT,
+        FAILING_HOOK + UNCAUGHT,
+        "import sys\ndel sys.excepthook\n" + UNCAUGHT,
+        "import sys\nsys.excepthook = lambda *error: sys.exit(1)\n" + UNCAUGHT,
+    ],
+    ids=[
+        "syntax error",
+        "uncaught exception",
+        "atexit reads sys.last_value",
+        "excepthook fails",
+        "excepthook missing",
+        "excepthook exits",
+    ],
 )
 def test_a_failing_script_exits_1_with_what_python_prints(project, source):
     (project / "failing.py").write_text(source)
     plain = run_python("failing.py", cwd=project)
     mended = run_python("-m", "graphmend", "run", "failing.py", cwd=project)
     assert plain.returncode == mended.returncode == 1
-    assert mended.stderr == plain.stderr
+    assert (mended.stdout, mended.stderr) == (plain.stdout, plain.stderr)
     assert "graphmend" not in mended.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a warning whose stacklevel points above the script's top frame is attributed "
+    "by the interpreter to the next frame down: in plain python there is none ('sys:1'), "
+    "under 'graphmend run' it is the runner's (runner.py); the warnings module walks the "
+    "real stack (sys._getframe) and offers no way to hide frames before Python 3.12's "
+    "skip_file_prefixes, which only the caller of warn() can pass",
+)
+def test_a_warning_pointing_above_the_script_is_attributed_as_with_python(project):
+    (project / "above.py").write_text("import warnings\nwarnings.warn('above', stacklevel=2)\n")
+    plain = run_python("above.py", cwd=project)
+    mended = run_python("-m", "graphmend", "run", "above.py", cwd=project)
+    assert plain.stderr == "sys:1: UserWarning: above\n"
+    assert mended.stderr == plain.stderr
 
 
 WARNING_SCRIPT = textwrap.dedent(
@@ -230,11 +299,12 @@ INTERRUPTED = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("hook", ["", "import sys\ndel sys.excepthook\n"], ids=["", "no hook"])
 @pytest.mark.parametrize("as_module", [False, True], ids=["script", "module"])
-def test_an_interrupted_script_ends_with_what_python_prints(project, as_module):
+def test_an_interrupted_script_ends_with_what_python_prints(project, as_module, hook):
     # Ctrl-C: the traceback of the script alone, then the atexit handlers, then the
     # exit by SIGINT, as with plain python.
-    (project / "interrupted.py").write_text(INTERRUPTED)
+    (project / "interrupted.py").write_text(hook + INTERRUPTED)
     target = ["-m", "interrupted"] if as_module else ["interrupted.py"]
     plain = run_python(*target, cwd=project)
     mended = run_python("-m", "graphmend", "run", *target, cwd=project)

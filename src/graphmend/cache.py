@@ -288,31 +288,65 @@ class BytecodeCache:
         return problem is None
 
     def _tag_directories(self) -> Iterator[Path]:
-        """The trusted directory of every interpreter that stored entries here."""
+        """The trusted directory of every interpreter that stored entries here; OSError
+        when the cache directory cannot be listed."""
         if not self._trusted(self.directory):
             return
-        with os.scandir(self.directory) as children:
-            tag_dirs = sorted(Path(child.path) for child in children if child.is_dir())
+        tag_dirs = sorted(child for child in _listing(self.directory) if child.is_dir())
         yield from (tag_dir for tag_dir in tag_dirs if self._trusted(tag_dir))
 
     def info(self) -> CacheInfo:
-        """Where the cache is, how many entries it holds and their total size."""
+        """Where the cache is, how many entries it holds and their total size; OSError
+        when a directory of it cannot be listed."""
         sizes = [
             path.stat().st_size
             for tag_dir in self._tag_directories()
-            for path in tag_dir.glob(f"*{SUFFIX}")
+            for path in _listing(tag_dir, SUFFIX)
             if path.is_file()
         ]
         return CacheInfo(self.directory, len(sizes), sum(sizes))
 
-    def clear(self) -> int:
-        """Delete every entry (and leftover temporary files); returns how many entries."""
-        removed = 0
-        for tag_dir in self._tag_directories():
-            removed += sum(_remove_quietly(path) for path in tag_dir.glob(f"*{SUFFIX}"))
-            for leftover in tag_dir.glob(f".*{SUFFIX}.*.tmp"):
-                _remove_quietly(leftover)
-        return removed
+    def clear(self) -> Cleared:
+        """Delete every entry (and leftover temporary files); what was removed, and why
+        anything was not."""
+        removed, problems = 0, []
+        try:
+            for tag_dir in self._tag_directories():
+                for path in _listing(tag_dir, SUFFIX):
+                    problem = _removal_problem(path)
+                    if problem is None:
+                        removed += 1
+                    else:
+                        problems.append(problem)
+                for leftover in tag_dir.glob(f".*{SUFFIX}.*.tmp"):
+                    _remove_quietly(leftover)
+        except OSError as error:
+            problems.append(f"{error.filename} cannot be listed ({error.strerror or error})")
+        return Cleared(removed, tuple(problems))
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """What ``cache clear`` did: the entries removed, and why others were not."""
+
+    removed: int
+    problems: tuple[str, ...] = ()
+
+
+def _listing(directory: Path, suffix: str = "") -> list[Path]:
+    """The names in ``directory`` ending with ``suffix``; OSError when it cannot be listed
+    (``Path.glob`` would say nothing)."""
+    with os.scandir(directory) as children:
+        return [Path(child.path) for child in children if child.name.endswith(suffix)]
+
+
+def _removal_problem(path: Path) -> str | None:
+    """Remove ``path``; why it could not be, or ``None`` (also when already gone)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        return f"{path} cannot be removed ({error.strerror or error})"
+    return None
 
 
 def _distrust(path: Path, status: os.stat_result) -> str | None:

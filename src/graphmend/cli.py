@@ -192,9 +192,7 @@ def _dispatch(options: argparse.Namespace) -> int:
     if options.action == "info":
         return _cache_info(config)
     if options.action == "clear":
-        removed = BytecodeCache(config.cache_dir).clear()
-        print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {config.cache_dir}")
-        return 0
+        return _cache_clear(config)
     return _cache_warm(config, options.patterns, follow_imports=not options.no_imports)
 
 
@@ -299,16 +297,31 @@ def _run_config(extra: list[str]) -> Config:
 
 
 def _cache_info(config: Config) -> int:
+    """Print where the cache is and what it holds; 1 when that cannot be read."""
     cache = BytecodeCache(config.cache_dir)
-    info = cache.info()
     check = cache.check()
     state = "on" if config.cache_enabled else "off (GRAPHMEND_CACHE=0)"
-    print(f"directory: {info.directory}")
+    print(f"directory: {cache.directory}")
     print(f"state:     {state}")
     print(f"access:    {check.access.value}" + (f" ({check.reason})" if check.reason else ""))
+    try:
+        info = cache.info()
+    except OSError as error:
+        print(f"entries:   unknown ({error.filename} cannot be listed: {error.strerror})")
+        return 1
     print(f"entries:   {info.entries}")
     print(f"size:      {_human_size(info.size_bytes)}")
     return 0
+
+
+def _cache_clear(config: Config) -> int:
+    """Delete every entry; 1, each reason on stderr, when some could not be deleted."""
+    cleared = BytecodeCache(config.cache_dir).clear()
+    plural = "y" if cleared.removed == 1 else "ies"
+    print(f"removed {cleared.removed} entr{plural} from {config.cache_dir}")
+    for problem in cleared.problems:
+        print(f"graphmend: error: {problem}", file=sys.stderr)
+    return 1 if cleared.problems else 0
 
 
 def _cache_warm(config: Config, patterns: list[str], *, follow_imports: bool) -> int:

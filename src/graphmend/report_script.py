@@ -53,13 +53,40 @@ class _FirstCall:
         return self._function(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
+        if "_function" not in vars(self):  # being copied or unpickled: not set yet
+            raise AttributeError(name)
         return getattr(self._function, name)
+
+
+class _FirstCallModule(torch.nn.Module):
+    """What ``torch.compile`` returns for a module while a script is reported: a module,
+    as ``OptimizedModule`` is (so that it can be assigned as a submodule, and its
+    parameters and ``state_dict`` keys are those under ``_orig_mod.``), recording the
+    first call made through it."""
+
+    def __init__(self, module: torch.nn.Module, calls: list[Call]) -> None:
+        super().__init__()
+        self._orig_mod = module
+        self._first_call = _FirstCall(module, calls)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._first_call(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if "_orig_mod" not in vars(self).get("_modules", {}):  # being copied: not set yet
+                raise
+            return getattr(self._modules["_orig_mod"], name)
 
 
 def _recording_compile(calls: list[Call]) -> Callable[..., Any]:
     def compile_(model: Callable[..., Any] | None = None, **_options: Any) -> Any:
         if model is None:  # @torch.compile(...) used as a decorator factory
             return lambda function: compile_(function)
+        if isinstance(model, torch.nn.Module):
+            return _FirstCallModule(model, calls)
         return _FirstCall(model, calls)
 
     return compile_
@@ -103,7 +130,14 @@ def _call_of(namespace: dict[str, object], function: str, target: str) -> Call:
             f"{target}: {function}() must return (model, args) or (model, args, kwargs)"
         )
     model, call_args, *rest = built
-    return model, tuple(call_args), dict(rest[0]) if rest else {}, torch.is_grad_enabled()
+    kwargs = rest[0] if rest else {}
+    if not isinstance(call_args, (tuple, list)) or not isinstance(kwargs, dict):
+        raise ScriptError(
+            f"{target}: {function}() must return (model, args) or (model, args, kwargs), "
+            f"args a tuple or list and kwargs a dict, not {type(call_args).__name__} "
+            f"and {type(kwargs).__name__}"
+        )
+    return model, tuple(call_args), kwargs, torch.is_grad_enabled()
 
 
 def observations(calls: list[Call]) -> list[tuple[Observation, list[fallbacks.Fallback]]]:

@@ -19,6 +19,7 @@ import importlib.util
 import marshal
 import os
 import pkgutil
+import re
 import runpy
 import sys
 import types
@@ -29,9 +30,12 @@ from pathlib import Path
 import graphmend
 from graphmend.activation import Installation, install_config
 from graphmend.config import Config
+from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
 
 _OWN_FILES = (str(Path(graphmend.__file__).parent), runpy.__file__)
+#: A comment that declares the encoding of a source file (PEP 263).
+_CODING_COMMENT = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
 
 
 class ScriptError(Exception):
@@ -96,9 +100,19 @@ def run_command(command: str, args: list[str], config: Config) -> None:
     """Execute what ``python -c command`` executes: ``command``, named ``<string>``, in a
     ``__main__`` without ``__file__``, with the current directory first on ``sys.path``."""
     loader = importlib.machinery.BuiltinImporter
-    source = command.encode("utf-8", "surrogateescape")
+    source = _cookie_ignored(command.encode("utf-8", "surrogateescape"))
     program = _Program("__main__", "<string>", source, False, loader, has_file=False)
     _run_source(program, ["-c", *args], "", config)
+
+
+def _cookie_ignored(source: bytes) -> bytes:
+    """``source`` as ``python -c`` reads its command, as UTF-8 whatever a coding comment
+    in its first two lines says: such a comment is emptied (the lines stay as they are)."""
+    lines = source.split(b"\n", 2)
+    for index, line in enumerate(lines[:2]):
+        if _CODING_COMMENT.match(line):
+            lines[index] = b"#"
+    return b"\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -159,7 +173,10 @@ def _script_code(path: str, data: bytes, compiled: bool) -> types.CodeType:
         return compile(data, path, "exec", dont_inherit=True)
     if data[:4] != importlib.util.MAGIC_NUMBER:
         raise RuntimeError("Bad magic number in .pyc file")
-    code = marshal.loads(data[16:])  # after the magic number, flags and source stamp
+    try:
+        code = marshal.loads(data[16:])  # after the magic number, flags and source stamp
+    except (EOFError, ValueError, TypeError):
+        code = None  # the interpreter says no more than that either
     if not isinstance(code, types.CodeType):
         raise RuntimeError("Bad code object in .pyc file")
     return code
@@ -169,9 +186,11 @@ def run_module(module: str, args: list[str], config: Config) -> None:
     """Execute ``module`` as ``python -m module`` would, with the hook claiming it.
 
     A module GraphMend never claims (``torch.distributed.run``, a standard
-    library tool) runs as it is; the processes it starts get the hook.
+    library tool) runs as it is; the processes it starts get the hook.  A name that
+    is no module name (``.relative``) is left to ``runpy`` to refuse, as Python does.
     """
-    _install(config if reserved(module) else config.with_more_packages([module]))
+    claimable = not reserved(module) and all(part.isidentifier() for part in module.split("."))
+    _install(config.with_more_packages([module]) if claimable else config)
     sys.argv = [module, *args]
     _run_as_main(module, alter_argv=True)
 
@@ -209,33 +228,67 @@ def _report_uncaught(run: Callable[[], object]) -> None:
     except KeyboardInterrupt as error:
         # The interpreter reports it and exits as SIGINT does, after the atexit handlers;
         # it should report it as it does for the script.
-        sys.excepthook = _reporting_once(sys.excepthook, error, _script_traceback(error))
+        sys.excepthook = _reporting_once(getattr(sys, "excepthook", None), error)
         raise
     except BaseException as error:
-        # Report as the interpreter would, without GraphMend's own frames on top.
-        traceback = _script_traceback(error)
-        sys.excepthook(type(error), error.with_traceback(traceback), traceback)
-        raise SystemExit(1) from None
+        uncaught = error
+    else:
+        return
+    # Reported as the interpreter would, with no exception being handled (the hook sees
+    # none in sys.exc_info()), and without GraphMend's own frames on top.
+    _drop_own_frames(uncaught)
+    sys.last_type, sys.last_value = type(uncaught), uncaught  # an atexit handler may read them
+    sys.last_traceback = uncaught.__traceback__
+    if sys.version_info >= (3, 12):
+        sys.last_exc = uncaught
+    _show_uncaught(uncaught, getattr(sys, "excepthook", None))
+    raise SystemExit(1)
 
 
-def _script_traceback(error: BaseException) -> types.TracebackType | None:
-    """The traceback of ``error``, caught here, from the script's first frame on."""
+def _show_uncaught(error: BaseException, hook: Callable[..., object] | None) -> None:
+    """Show ``error`` with ``hook`` as the interpreter does (``PyErr_Print``), and as it
+    does when the hook is missing or fails; a ``SystemExit`` from the hook ends the program."""
+    if hook is None:
+        write_stderr("sys.excepthook is missing\n")
+        sys.__excepthook__(type(error), error, error.__traceback__)
+        return
+    try:
+        hook(type(error), error, error.__traceback__)
+    except SystemExit:
+        raise
+    except BaseException as failure:
+        _drop_own_frames(failure)
+        write_stderr("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(failure), failure, failure.__traceback__)
+        write_stderr("\nOriginal exception was:\n")
+        sys.__excepthook__(type(error), error, error.__traceback__)
+
+
+def _drop_own_frames(error: BaseException) -> None:
+    """Drop GraphMend's own frames from the top of the traceback of ``error``, caught
+    here, so that it starts at the script's first frame."""
     traceback = error.__traceback__
     while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
         traceback = traceback.tb_next
-    return traceback
+    error.with_traceback(traceback)
 
 
 def _reporting_once(
-    hook: Callable[..., object], error: BaseException, traceback: types.TracebackType | None
+    hook: Callable[..., object] | None, error: BaseException
 ) -> Callable[..., object]:
-    """An excepthook that puts ``hook`` back, and has it report ``error`` with
-    ``traceback`` (the frames above it added on its way out dropped)."""
+    """An excepthook that puts ``hook`` back (or none, when it is ``None``) and shows
+    what it is given with ``hook``; ``error`` without the frames above the script's,
+    which the interpreter added on its way out."""
+    _drop_own_frames(error)
+    traceback = error.__traceback__
 
-    def excepthook(kind: type[BaseException], value: BaseException, tb: object) -> object:
-        sys.excepthook = hook
+    def excepthook(kind: type[BaseException], value: BaseException, tb: object) -> None:
+        if hook is None:
+            del sys.excepthook
+        else:
+            sys.excepthook = hook
         if value is error:
-            return hook(kind, error.with_traceback(traceback), traceback)
-        return hook(kind, value, tb)
+            error.with_traceback(traceback)
+        _show_uncaught(value, hook)
 
     return excepthook
