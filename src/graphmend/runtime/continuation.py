@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from graphmend.runtime import aliasing, cond_layout
+from graphmend.runtime import aliasing, cond_layout, cond_results
 from graphmend.runtime.attempts import (
     Attempt,
     Site,
@@ -79,9 +79,12 @@ def continuation(
     def else_branch() -> tuple[Any]:
         return _fresh(else_function(*else_arguments))
 
-    merged = None  # set by _capture while TorchDynamo traces this frame
+    merged = None  # set by _capture while TorchDynamo traces this frame, and
+    layouts = None  # the layout each of its tensors is given back (cond_results)
     torch._dynamo.comptime.comptime(_capture)
-    return merged
+    if merged is None or layouts is None:
+        return merged
+    return cond_results.laid_out(merged, layouts)
 
 
 def _dense(value: Any) -> Any:
@@ -94,27 +97,13 @@ def _dense(value: Any) -> Any:
 
 
 def _fresh(result: tuple[Any]) -> tuple[Any]:
-    """``result`` with each tensor a new copy: ``torch.cond``'s outputs may neither alias
-    its inputs nor be slices of a larger tensor.  A dense tensor keeps its strides (a
-    transposed result stays transposed, as the original returns it); the branches' must
-    then agree, or ``torch.cond`` refuses them and the original ``if`` runs."""
-    return torch.utils._pytree.tree_map_only(torch.Tensor, _copy, result)
-
-
-def _copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A copy the caller cannot tell from ``tensor`` but by identity; raises (``torch.cond``
-    then fails to capture the branch, and the original ``if`` runs) for a strided view,
-    whose copy is dense, and for a tensor subclass, which ``torch.cond`` gives as a
-    plain tensor."""
-    if type(tensor) is not torch.Tensor or cond_layout.strided_view(tensor):
-        raise TypeError(_UNCOPIABLE)
-    return torch.clone(tensor)
-
-
-_UNCOPIABLE = (
-    "a result is a strided view (a slice, an expanded tensor) or a tensor subclass: "
-    "torch.cond would give a dense torch.Tensor"
-)
+    """``result`` with each tensor a new copy: ``torch.cond``'s outputs may not alias its
+    inputs, and are dense, at offset 0.  A dense tensor keeps its strides (a transposed
+    result stays transposed, as the original returns it); the branches' must then
+    agree, or ``torch.cond`` refuses them and the original ``if`` runs.  A view
+    ``torch.cond`` would give back otherwise is carried as its base, and laid out again
+    after it (:mod:`graphmend.runtime.cond_results`)."""
+    return torch.utils._pytree.tree_map_only(torch.Tensor, cond_results.carried, result)
 
 
 def _capture(context: Any) -> None:
@@ -175,7 +164,18 @@ def _capture(context: Any) -> None:
         reason = "this torch release cannot check how its results alias"
         site.abandon(context, "continuation", attempt, reason)
         return
+    try:
+        layouts = cond_results.layouts(tracer.output, conds)
+    except (AttributeError, KeyError, NotImplementedError) as error:
+        reason = f"this torch release is not supported ({error})"
+        site.abandon(context, "continuation", attempt, reason)
+        return
+    except cond_results.NotLaidOut as error:
+        reason = f"a result cannot be given back laid out as the original's: {error}"
+        site.abandon(context, "continuation", attempt, reason)
+        return
     frame_locals["merged"] = result
+    frame_locals["layouts"] = _constant(layouts)
 
 
 #: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
@@ -196,6 +196,12 @@ def _cond_handler() -> Any:
 
 def _variable(context: Any, name: str) -> Any:
     return context.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+
+
+def _constant(value: Any) -> Any:
+    from torch._dynamo.variables import ConstantVariable
+
+    return ConstantVariable.create(value)
 
 
 def _empty_tuple() -> Any:
