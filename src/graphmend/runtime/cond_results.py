@@ -179,9 +179,11 @@ def base_of_view(node: Any) -> Node | None:
 def laid_out(merged: Any, layouts_: tuple[str, tuple[Layout | None, ...]]) -> Any:
     """``merged`` (traced) with each tensor the ``cond`` named in ``layouts_`` gives laid
     out again, as :func:`layouts` found."""
-    return torch.utils._pytree.tree_map_only(
-        torch.Tensor, lambda tensor: _as_laid_out(tensor, layouts_), merged
-    )
+    leaves, spec = torch.utils._pytree.tree_flatten(merged)
+    for index, leaf in enumerate(leaves):  # no closure: TorchDynamo 2.5 broke on its cell
+        if isinstance(leaf, torch.Tensor):
+            leaves[index] = _as_laid_out(leaf, layouts_)
+    return torch.utils._pytree.tree_unflatten(leaves, spec)
 
 
 def _as_laid_out(
