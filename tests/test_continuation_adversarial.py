@@ -10,6 +10,7 @@ import contextlib
 import io
 import textwrap
 import types
+from typing import Any
 
 import pytest
 import torch
@@ -155,27 +156,60 @@ def test_compiled_as_plain_compile(load_both, case: str, backend: str) -> None:
     assert graphs <= plain_graphs
 
 
-#: Results a copy would change: a slice with gaps (offset, strides), an expanded tensor
-#: (stride 0: an in-place update of it raises), a tensor subclass (cond's outputs are
-#: plain tensors).
+#: Views the rest returns, of a tensor it computed: torch.cond gives dense outputs at
+#: offset 0, so each is carried out as its base and laid out again after the cond.
+VIEWS = {
+    "with_gaps": "h[:, 1:]",
+    "at_an_offset": "h[1:]",
+    "expanded": "h.sum(0).expand(3, 4)",
+    "pieces": "h.split(1)",
+    "transposed_with_gaps": "h.t()[1:]",
+    "channels_last_with_gaps": (
+        "h.view(1, 2, 2, 2).contiguous(memory_format=torch.channels_last)[:, :, 1:]"
+    ),
+    "in_a_dict": '{"a": h[:, ::2], "b": (h * 2)[1:, 1:]}',
+}
+RETURNS_VIEWS = "import torch\n" + "".join(
+    SITE.replace("def f(", f"def {name}(").replace("import torch\n", "")
+    + f"    h = x * 1 if y is None else y\n    return {view}\n"
+    for name, view in VIEWS.items()
+)
+
+
+def _seen(value: Any) -> Any:
+    """What the caller sees of each tensor in ``value``: its type, layout and values."""
+    if isinstance(value, torch.Tensor):
+        return type(value).__name__, value.stride(), value.storage_offset(), value.tolist()
+    if isinstance(value, dict):
+        return {key: _seen(item) for key, item in value.items()}
+    return [_seen(item) for item in value]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_a_view_result_is_given_back_laid_out_as_the_original(load_both, name, backend):
+    # torch.cond returned a dense copy at offset 0: h[1:] came back at offset 0, h[:, 1:]
+    # contiguous, an expanded tensor dense (an in-place update of it raises eagerly),
+    # so such results kept the break (ChatGLM2/3's value cache).  Each is carried out of
+    # the branch as its base and laid out again: one graph, seen as the original.
+    plain, mended = load_both(RETURNS_VIEWS)
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, plain_graphs = _run(getattr(plain, name), calls, backend)
+    actual, graphs = _run(getattr(mended, name), calls, backend)
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert (graphs, plain_graphs) == (1, 3)
+
+
 KEPT_AS_THEY_ARE = (
     SITE
     + """
-    return (x * 1 if y is None else y)[:, 1:]
+    return (x * 1 if y is None else y)[1:] if y is None else y[:1]
 
 
 class Tagged(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return super().__torch_function__(func, types, args, kwargs or {})
-
-
-def expanded(x):
-    if x.sum() > 0:
-        y = x + 1
-    else:
-        y = None
-    return (x * 1 if y is None else y).sum(0).expand(3, 4)
 
 
 def subclass(x):
@@ -185,26 +219,33 @@ def subclass(x):
     else:
         y = None
     return t * 2 if y is None else y
+
+
+def at_a_symbolic_offset(x, n):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    return (x * 1 if y is None else y)[n:]
 """
 )
 
 
-def _seen(value: torch.Tensor) -> tuple:
-    return type(value).__name__, value.stride(), value.storage_offset(), value.tolist()
-
-
 @pytest.mark.parametrize(
-    ("name", "backend"),
-    # plain compile of the subclass fails under aot_eager (its __torch_dispatch__)
-    [(n, b) for n in ("f", "expanded") for b in ("eager", "aot_eager")] + [("subclass", "eager")],
+    ("name", "calls"),
+    [
+        # one branch gives a view at an offset, the other one at offset 0
+        ("f", [(POSITIVE,), (NEGATIVE,)]),
+        # torch.cond's outputs are plain tensors
+        ("subclass", [(POSITIVE,), (NEGATIVE,)]),
+        # the offset of the third call's view is symbolic: as_strided needs numbers
+        ("at_a_symbolic_offset", [(X.abs(), 1), (-X.abs(), 1), (X.abs(), 2)]),
+    ],
 )
-def test_a_result_is_not_copied_into_another_layout_or_type(load_both, name, backend):
-    # torch.cond returns a dense copy of each result, of type torch.Tensor: a slice of
-    # the rest's tensor was contiguous, an expanded one dense, a subclass plain.
+def test_a_result_not_given_back_as_the_original_keeps_the_break(load_both, name, calls):
     plain, mended = load_both(KEPT_AS_THEY_ARE)
-    calls = [(POSITIVE,), (NEGATIVE,)]
-    expected, plain_graphs = _run(getattr(plain, name), calls, backend)
-    actual, graphs = _run(getattr(mended, name), calls, backend)
+    expected, plain_graphs = _run(getattr(plain, name), calls, "eager")
+    actual, graphs = _run(getattr(mended, name), calls, "eager")
     assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
     assert graphs <= plain_graphs
 
@@ -368,3 +409,47 @@ def test_a_result_in_a_dict_stays_the_callers_tensor(load_both, backend: str) ->
             result = torch.compile(function, backend=backend)(x)["y"]
         shared.append(result.untyped_storage().data_ptr() == x.untyped_storage().data_ptr())
     assert shared[1] == shared[0]
+
+
+#: Views of a tensor the rest computed, at an offset, read in the graph after the cond
+#: (pieces) or returned at an offset that is not a multiple of 16 bytes (unaligned).
+AT_AN_OFFSET = (
+    SITE.replace("def f(", "def g(")
+    + """    h = x * 2 if y is None else y * 3
+    return h.split(1)
+
+
+def pieces(x):
+    first, second = g(x)
+    return second + 1
+
+
+def unaligned(x):
+    return g(x)[0].view(-1)[1:] * 1, h_view(x)
+
+
+def h_view(x):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    return (x * 2 if y is None else y).view(-1)[1:]
+"""
+)
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("name", ["pieces", "unaligned"])
+def test_a_view_at_an_offset_under_inductor(load_both, name: str) -> None:
+    # A copy of a view with its input's sizes and strides is a no-op to TorchInductor,
+    # whatever the offset: the cond's branch returned the view, read at its offset twice
+    # after the cond (the second piece of h.split(1): other values), or failing the
+    # cond's 16-byte alignment check (offset 1).  A view is carried as its base.
+    plain, mended = load_both(AT_AN_OFFSET)
+    torch._dynamo.reset()
+    compiled = torch.compile(getattr(mended, name))
+    for x in (POSITIVE, NEGATIVE):
+        with torch.no_grad():
+            actual, expected = compiled(x), getattr(plain, name)(x)
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+        assert _seen(actual) == _seen(expected)

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from graphmend.runtime import attempts
+from graphmend.runtime import attempts, cond_results
 from graphmend.runtime.asking import ask_tracer
 
 
@@ -350,7 +350,11 @@ def _span(tensor: torch.Tensor) -> tuple[int, int] | None:
 
 
 def _copied(node: Any) -> Any:
-    """What ``node`` copies, if it is a ``clone``; else ``node``."""
+    """What ``node`` copies, if it is a ``clone``, else ``node``; for a view carried out
+    of a branch as its base (``clone(view._base)``, :mod:`cond_results`), the view."""
+    base = cond_results.base_of_view(node)
+    if base is not None:
+        return base.args[0]
     if getattr(node, "target", None) in (torch.clone, torch.Tensor.clone):
         return node.args[0]
     return node

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from graphmend.runtime import aliasing, cond_layout
+from graphmend.runtime import aliasing, cond_layout, cond_results
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import (
     Attempt,
@@ -80,7 +80,11 @@ def continuation(
     def else_branch() -> tuple[Any]:
         return _fresh(else_function(*else_arguments))
 
-    return ask_tracer(_capture, None, predicate, then_branch, else_branch, sparse)
+    captured = ask_tracer(_capture, None, predicate, then_branch, else_branch, sparse)
+    if captured is None:
+        return None
+    merged, layouts = captured  # layouts: how each tensor is given back (cond_results)
+    return merged if layouts is None else cond_results.laid_out(merged, layouts)
 
 
 def _dense(value: Any) -> Any:
@@ -93,27 +97,13 @@ def _dense(value: Any) -> Any:
 
 
 def _fresh(result: tuple[Any]) -> tuple[Any]:
-    """``result`` with each tensor a new copy: ``torch.cond``'s outputs may neither alias
-    its inputs nor be slices of a larger tensor.  A dense tensor keeps its strides (a
-    transposed result stays transposed, as the original returns it); the branches' must
-    then agree, or ``torch.cond`` refuses them and the original ``if`` runs."""
-    return torch.utils._pytree.tree_map_only(torch.Tensor, _copy, result)
-
-
-def _copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A copy the caller cannot tell from ``tensor`` but by identity; raises (``torch.cond``
-    then fails to capture the branch, and the original ``if`` runs) for a strided view,
-    whose copy is dense, and for a tensor subclass, which ``torch.cond`` gives as a
-    plain tensor."""
-    if type(tensor) is not torch.Tensor or cond_layout.strided_view(tensor):
-        raise TypeError(_UNCOPIABLE)
-    return torch.clone(tensor)
-
-
-_UNCOPIABLE = (
-    "a result is a strided view (a slice, an expanded tensor) or a tensor subclass: "
-    "torch.cond would give a dense torch.Tensor"
-)
+    """``result`` with each tensor a new copy: ``torch.cond``'s outputs may not alias its
+    inputs, and are dense, at offset 0.  A dense tensor keeps its strides (a transposed
+    result stays transposed, as the original returns it); the branches' must then
+    agree, or ``torch.cond`` refuses them and the original ``if`` runs.  A view
+    ``torch.cond`` would give back otherwise is carried as its base, and laid out again
+    after it (:mod:`graphmend.runtime.cond_results`)."""
+    return torch.utils._pytree.tree_map_only(torch.Tensor, cond_results.carried, result)
 
 
 def _capture(
@@ -173,7 +163,17 @@ def _capture(
         reason = "this torch release cannot check how its results alias"
         site.abandon(tracer, "continuation", attempt, reason)
         return None
-    return result
+    try:
+        layouts = cond_results.layouts(tracer.output, conds)
+    except (AttributeError, KeyError, NotImplementedError) as error:
+        reason = f"this torch release is not supported ({error})"
+        site.abandon(tracer, "continuation", attempt, reason)
+        return None
+    except cond_results.NotLaidOut as error:
+        reason = f"a result cannot be given back laid out as the original's: {error}"
+        site.abandon(tracer, "continuation", attempt, reason)
+        return None
+    return _pair(result, layouts)
 
 
 #: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
@@ -190,6 +190,14 @@ def _cond_handler() -> Any:
     from torch._dynamo.variables.higher_order_ops import TorchHigherOrderOperatorVariable
 
     return TorchHigherOrderOperatorVariable.make(torch.ops.higher_order.cond)
+
+
+def _pair(result: Any, layouts: Any) -> Any:
+    """The variable of ``(result, layouts)``: the ``cond``'s result and how its tensors
+    are given back (a constant)."""
+    from torch._dynamo.variables import ConstantVariable, TupleVariable
+
+    return TupleVariable([result, ConstantVariable.create(layouts)])
 
 
 def _empty_tuple() -> Any:
