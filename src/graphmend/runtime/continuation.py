@@ -140,40 +140,39 @@ def _capture(
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
     conds = attempt.added(torch.ops.higher_order.cond)
-    try:
-        returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
-        if any(aliasing.results_share_memory(tracer.output, cond) for cond in conds):
-            reason = (
-                "two of its results share memory (one tensor twice, or a view of another): "
-                "torch.cond returns a copy of each"
-            )
-            site.abandon(tracer, "continuation", attempt, reason)
-            return None
-        for cond in conds:
-            cond_layout.pin_operands(attempt.graph, cond, versions)
-    except (AttributeError, KeyError) as error:
-        reason = f"this torch release is not supported ({error})"
-        site.abandon(tracer, "continuation", attempt, reason)
-        return None
-    except cond_layout.Unpinnable as error:
-        reason = f"TorchInductor could not run the torch.cond: {error}"
-        site.abandon(tracer, "continuation", attempt, reason)
-        return None
-    if returned and not aliasing.record(tracer, site, aliasing.fakes(result), returned):
-        reason = "this torch release cannot check how its results alias"
-        site.abandon(tracer, "continuation", attempt, reason)
-        return None
-    try:
-        layouts = cond_results.layouts(tracer.output, conds)
-    except (AttributeError, KeyError, NotImplementedError) as error:
-        reason = f"this torch release is not supported ({error})"
-        site.abandon(tracer, "continuation", attempt, reason)
-        return None
-    except cond_results.NotLaidOut as error:
-        reason = f"a result cannot be given back laid out as the original's: {error}"
+    reason, layouts = _given_back(tracer, site, result, conds, versions)
+    if reason is not None:
         site.abandon(tracer, "continuation", attempt, reason)
         return None
     return _pair(result, layouts)
+
+
+def _given_back(
+    tracer: Any, site: Site, result: Any, conds: list[Any], versions: Any
+) -> tuple[str | None, Any]:
+    """Why the captured ``cond`` cannot stand for the original (``None``: it can), and how
+    its tensors are given back (:func:`cond_results.layouts`); pins its operands."""
+    try:
+        returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
+        if any(aliasing.results_share_memory(tracer.output, cond) for cond in conds):
+            return _SHARED, None
+        for cond in conds:
+            cond_layout.pin_operands(tracer.output.graph, cond, versions)
+        if returned and not aliasing.record(tracer, site, aliasing.fakes(result), returned):
+            return "this torch release cannot check how its results alias", None
+        return None, cond_results.layouts(tracer.output, conds)
+    except (AttributeError, KeyError, NotImplementedError) as error:
+        return f"this torch release is not supported ({error})", None
+    except cond_layout.Unpinnable as error:
+        return f"TorchInductor could not run the torch.cond: {error}", None
+    except cond_results.NotLaidOut as error:
+        return f"a result cannot be given back laid out as the original's: {error}", None
+
+
+_SHARED = (
+    "two of its results share memory (one tensor twice, or a view of another): "
+    "torch.cond returns a copy of each"
+)
 
 
 #: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
