@@ -225,7 +225,9 @@ def render() -> list[str]:
             "config of ours, loaded offline "
             "with `trust_remote_code=True` and measured as in the census, with and without "
             "GraphMend (`bench/remote_corpus.py`). Much of this code runs only on "
-            "transformers 4.x.",
+            "transformers 4.x; several families import `einops` or "
+            "`transformers_stream_generator` (the `bench` extra), which `.venv-tf4` lacks: "
+            "`.venv-tf4/bin/pip install einops transformers-stream-generator` first.",
             [
                 *(corpus_families(corpus_reports) if corpora else []),
                 *(line for folder in corpora for line in corpus_section(folder)),
