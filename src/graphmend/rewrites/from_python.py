@@ -32,7 +32,6 @@ after the graph, on the tensor the graph gives, and a site followed by any other
 from __future__ import annotations
 
 import ast
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -227,17 +226,19 @@ def _statement_blocks(
 
 
 def _same_target(node: ast.AST, target: ast.expr) -> bool:
-    return isinstance(node, ast.Name | ast.Attribute) and ast.dump(_loaded(node)) == ast.dump(
-        _loaded(target)
-    )
+    """Whether ``node`` names what ``target`` names (``flags``, ``self.flags``), in any
+    context (read, stored, deleted)."""
+    chain = _chain(node)
+    return chain is not None and chain == _chain(target)
 
 
-def _loaded(node: ast.AST) -> ast.AST:
-    node = copy.deepcopy(node)
-    for part in ast.walk(node):
-        if hasattr(part, "ctx"):
-            part.ctx = ast.Load()
-    return node
+def _chain(node: ast.AST) -> tuple[str, ...] | None:
+    """The names of an attribute chain (``("self", "flags")``); ``None`` for anything else."""
+    attributes: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attributes.append(node.attr)
+        node = node.value
+    return (node.id, *reversed(attributes)) if isinstance(node, ast.Name) else None
 
 
 def _find_tests(made: _Made) -> None:
