@@ -210,6 +210,18 @@ class ExpandedOperand(SequenceFirst):
         return y
 
 
+# Results at an offset: TorchInductor takes a copy of such a view for a no-op, so a
+# torch.cond that gives it back (dense, at offset 0) would hand on the view, read at its
+# offset a second time.  T1 keeps its if; continuation carries the view's base out.
+class OffsetResult(SequenceFirst):
+    def forward(self, h):
+        if h.sum() > 0:
+            y = self.proj(h)[1:]
+        else:
+            y = (h * 2)[1:]
+        return y + 1
+
+
 def gradient_unsafe(x):
     if x.sum() > 0:
         x = torch.log(x)
@@ -445,6 +457,12 @@ def test_a_costly_branch_reading_a_broadcast_view_keeps_its_break_under_inductor
     """A stride-0 operand cannot be pinned (TorchInductor copies it densely): the
     original ``if`` runs, with its break, where GraphMend's cond failed at run time."""
     _agrees_under_inductor(patterns.ExpandedOperand().eval(), fullgraph=False)
+
+
+@pytest.mark.inductor
+def test_a_costly_branch_giving_a_view_at_an_offset_under_inductor(patterns):
+    """Failed at run time (the cond's 16-byte alignment check) where T1 merged it."""
+    _agrees_under_inductor(patterns.OffsetResult().eval(), fullgraph=True)
 
 
 def _agrees_under_inductor(model: torch.nn.Module, fullgraph: bool) -> None:

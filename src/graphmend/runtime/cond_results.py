@@ -63,6 +63,13 @@ def carried(tensor: torch.Tensor) -> torch.Tensor:
     raise TypeError(UNCARRIABLE)
 
 
+def given_back_as_it_is(tensor: Any) -> bool:
+    """Whether ``torch.cond`` gives ``tensor`` (traced) back with its own layout: a plain
+    tensor, dense, at offset 0 (a copy of it).  A branch that gives any other result
+    must carry it (:func:`carried`) or keep its ``if``."""
+    return type(tensor) is torch.Tensor and ask_tracer(_how_carried, _NEITHER, tensor) == _COPY
+
+
 def _how_carried(_tracer: Any, variable: Any) -> str | None:
     """Asked while TorchDynamo traces :func:`carried`: asks the fake tensor (``None``, on
     a release without these internals: the branch is not captured)."""

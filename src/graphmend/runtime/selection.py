@@ -40,6 +40,7 @@ from graphmend.runtime import cond_layout
 from graphmend.runtime.aliasing import lazy_views, stored_alias, watch
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import call_or_none, open_site
+from graphmend.runtime.cond_results import given_back_as_it_is
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import IMMUTABLE_TYPES
@@ -195,6 +196,17 @@ def branch(
         return None
     if _records_gradients(then_values + else_values):
         declined("predicate", "autograd records and a result requires grad")
+        return None
+    if expensive and not all(
+        map(given_back_as_it_is, _selected_pairs(plan, then_values, else_values))
+    ):
+        # TorchInductor drops a clone of a view at an offset (cond_results): the code
+        # after the cond would read the view's elements at the offset twice
+        declined(
+            "predicate",
+            "a branch that calls a submodule gives a view at an offset, or with gaps, "
+            "which torch.cond would give back dense at offset 0",
+        )
         return None
     if expensive:
         merged = _with_cond(
