@@ -453,3 +453,21 @@ def test_a_view_at_an_offset_under_inductor(load_both, name: str) -> None:
             actual, expected = compiled(x), getattr(plain, name)(x)
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
         assert _seen(actual) == _seen(expected)
+
+
+#: The rest gives a size with its tensor: a number torch.cond would give back, which
+#: TorchInductor (2.13) fails to lower ("'ShapeAsConstantBuffer' object has no attribute
+#: 'dtype'"), whether the size is static or one the branches decide (y[:1]).
+RETURNS_A_SIZE = SITE + "    z = x * 2 if y is None else y[:1]\n    return z, z.shape[0]\n"
+
+
+@pytest.mark.inductor
+def test_a_size_among_the_results_keeps_the_break_under_inductor(load_both) -> None:
+    plain, mended = load_both(RETURNS_A_SIZE)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.f)
+    for x in (POSITIVE, NEGATIVE):
+        with torch.no_grad():
+            (actual, size), (expected, expected_size) = compiled(x), plain.f(x)
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+        assert size == expected_size

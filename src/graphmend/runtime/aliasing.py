@@ -282,7 +282,7 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
         placeholders = [node for node in graph.nodes if node.op == "placeholder"]
         constants = [node for node in graph.nodes if node.op == "get_attr"]
         (results,) = next(node for node in graph.nodes if node.op == "output").args
-        sources = [_copied(node) for node in results]
+        sources = [_copied(node) for node in results if isinstance(node, torch.fx.Node)]
         if len(placeholders) != len(operands) or any(
             "example_value" not in node.meta for node in (*constants, *sources)
         ):

@@ -114,6 +114,12 @@ def _layout(tensor: torch.Tensor) -> Layout | None:
     return None
 
 
+def gives_tensors(cond: Node) -> bool:
+    """Whether each output of ``cond``, just traced, is a tensor (a branch may give a
+    number: a size, an int)."""
+    return all(isinstance(value, torch.Tensor) for value in cond.meta["example_value"])
+
+
 def layouts(output: Any, conds: list[Node]) -> tuple[str, tuple[Layout | None, ...]] | None:
     """The ``cond`` among ``conds`` that gives views' bases (its node's name), with the
     layout :func:`laid_out` gives each of its outputs back (``None``: left as it is);

@@ -153,6 +153,8 @@ def _given_back(
     """Why the captured ``cond`` cannot stand for the original (``None``: it can), and how
     its tensors are given back (:func:`cond_results.layouts`); pins its operands."""
     try:
+        if not all(cond_results.gives_tensors(cond) for cond in conds):
+            return _NUMBER, None
         returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
         if any(aliasing.results_share_memory(tracer.output, cond) for cond in conds):
             return _SHARED, None
@@ -168,6 +170,11 @@ def _given_back(
     except cond_results.NotLaidOut as error:
         return f"a result cannot be given back laid out as the original's: {error}", None
 
+
+_NUMBER = (
+    "a result is a number (a size of a tensor, an int): TorchInductor (2.13) fails to "
+    "lower a torch.cond that gives one back"
+)
 
 _SHARED = (
     "two of its results share memory (one tensor twice, or a view of another): "
