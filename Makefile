@@ -20,7 +20,9 @@ FLOOR_PINS := torch==2.5.1 transformers==4.51.3
 VENV := .venv
 VENV_TF4 := .venv-tf4
 VENV_FLOOR := .venv-floor
-PYTEST_FLAGS ?= -q
+# The tests run in one worker process per core (pytest-xdist): most of their time is
+# TorchDynamo tracing in Python, one core each.
+PYTEST_FLAGS ?= -q -n auto
 # The smoke test on the floor: import of real model code through the hook,
 # T1/T2/T3 compiled (backend eager), and the warnings of what an old torch lacks.
 # Deselected: printing x.shape under fullgraph=True, which keeps its break on
