@@ -547,6 +547,23 @@ def test_cli_warm_refuses_a_cache_others_can_write(tmp_path, cache_dir, monkeypa
     assert "access:    unusable (" in capsys.readouterr().out
 
 
+@posix_modes
+def test_cli_clear_leaves_a_cache_others_can_write_and_says_so(cache_dir, module_file, capsys):
+    # Its entries are never used, and never touched: "removed 0 entries" and exit 0 read
+    # as an empty cache where entries are still there.
+    assert _build(cache_dir, module_file).code is not None
+    (entry,) = _entries(cache_dir)
+    cache_dir.chmod(0o777)
+    try:
+        assert cli_main(["cache", "clear"]) == 1
+        out, err = capsys.readouterr()
+        assert out == f"removed 0 entries from {cache_dir}\n"
+        assert "others can write it" in err and "nothing in it was removed" in err
+        assert entry.exists()
+    finally:
+        cache_dir.chmod(0o700)
+
+
 #: Runs a command without root's power to ignore file modes (as root, through setpriv).
 AS_A_USER = (
     ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]

@@ -277,23 +277,26 @@ class BytecodeCache:
         return all(self._trusted(directory) for directory in (self.directory, self._tag_dir))
 
     @staticmethod
-    def _trusted(directory: Path) -> bool:
-        """Whether ``directory`` exists and may be used; warns once when it may not."""
+    def _trusted(directory: Path, distrusted: list[str] | None = None) -> bool:
+        """Whether ``directory`` exists and may be used; when it may not, why goes to
+        ``distrusted`` where given, else into a warning (once)."""
         try:
             problem = _directory_problem(directory)
         except FileNotFoundError:
             return False
-        if problem is not None:
+        if problem is not None and distrusted is not None:
+            distrusted.append(problem)
+        elif problem is not None:
             _warn_once(directory, problem)
         return problem is None
 
-    def _tag_directories(self) -> Iterator[Path]:
+    def _tag_directories(self, distrusted: list[str] | None = None) -> Iterator[Path]:
         """The trusted directory of every interpreter that stored entries here; OSError
-        when the cache directory cannot be listed."""
-        if not self._trusted(self.directory):
+        when the cache directory cannot be listed.  ``distrusted``: as for :meth:`_trusted`."""
+        if not self._trusted(self.directory, distrusted):
             return
         tag_dirs = sorted(child for child in _listing(self.directory) if child.is_dir())
-        yield from (tag_dir for tag_dir in tag_dirs if self._trusted(tag_dir))
+        yield from (tag_dir for tag_dir in tag_dirs if self._trusted(tag_dir, distrusted))
 
     def info(self) -> CacheInfo:
         """Where the cache is, how many entries it holds and their total size; OSError
@@ -309,9 +312,9 @@ class BytecodeCache:
     def clear(self) -> Cleared:
         """Delete every entry (and leftover temporary files); what was removed, and why
         anything was not."""
-        removed, problems = 0, []
+        removed, problems, distrusted = 0, [], []
         try:
-            for tag_dir in self._tag_directories():
+            for tag_dir in self._tag_directories(distrusted):
                 for path in _listing(tag_dir, SUFFIX):
                     problem = _removal_problem(path)
                     if problem is None:
@@ -322,6 +325,7 @@ class BytecodeCache:
                     _remove_quietly(leftover)
         except OSError as error:
             problems.append(f"{error.filename} cannot be listed ({error.strerror or error})")
+        problems += [f"{problem}; nothing in it was removed" for problem in distrusted]
         return Cleared(removed, tuple(problems))
 
 
