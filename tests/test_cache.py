@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -545,6 +546,28 @@ def test_cli_warm_refuses_a_cache_others_can_write(tmp_path, cache_dir, monkeypa
     with pytest.warns(GraphMendWarning, match="others can write it"):
         assert cli_main(["cache", "info"]) == 0
     assert "access:    unusable (" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX named pipes")
+def test_a_named_pipe_in_place_of_an_entry_does_not_hang_the_import(cache_dir, module_file):
+    # Opening a pipe to read it waits for a writer: the import hung.  It is not a file, so
+    # the module is rewritten again.
+    assert _build(cache_dir, module_file).code is not None
+    (entry,) = _entries(cache_dir)
+    entry.unlink()
+    os.mkfifo(entry, 0o644)
+    built = []
+    worker = threading.Thread(target=lambda: built.append(_build(cache_dir, module_file)))
+    worker.daemon = True
+    worker.start()
+    worker.join(timeout=30)
+    try:
+        assert not worker.is_alive(), "the build waits on the pipe"
+        assert built[0].code is not None
+    finally:
+        if worker.is_alive():  # a writer lets the blocked open go on
+            os.close(os.open(entry, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join()
 
 
 @posix_modes

@@ -67,7 +67,14 @@ SHARED = 0o755
 
 # Ownership and modes mean nothing on Windows, whose ACLs are the user profile's business.
 _CHECKS_OWNERS = hasattr(os, "geteuid")
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+#: Not following a link, and not waiting: opening a named pipe to read waits for a writer
+#: (a regular file reads the same with O_NONBLOCK).
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 _warned: set[str] = set()
 _RULE = (
     "Cached code runs in every process that reads it, so only directories and entries "
