@@ -130,6 +130,61 @@ def test_a_branch_storing_into_an_attribute_keeps_its_if(body, x):
     assert [f.decision for f in findings] == [Decision.DECLINED]
 
 
+IN_PLACE_MODULE = """
+import functools
+import torch
+import torch.nn.functional as F
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("a", torch.arange(3.0) - 1)
+        self.act = torch.nn.ReLU(inplace=True)
+        self.clip = functools.partial(F.hardtanh, min_val=-0.5, max_val=0.5, inplace=True)
+    def forward(self, x):
+        h = x - 0.5
+        {body}
+"""
+
+# updates the static analysis does not see: in a submodule, behind an attribute;
+# each changes a value when the branch not taken runs (x is ones or minus ones)
+IN_PLACE_UPDATES = {
+    "a submodule updating a local": """
+        if x.sum() > 0:
+            y = self.act(h)
+        else:
+            y = h * 2
+        return y + h""",
+    "a submodule updating a buffer": """
+        if x.sum() > 0:
+            y = self.act(self.a) + h
+        else:
+            y = h * 2
+        return y + self.a""",
+    "a view of the caller's tensor": """
+        if x.sum() > 0:
+            y = self.clip(x[1:])
+        else:
+            y = h[1:]
+        return y * 2""",
+}
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)])
+@pytest.mark.parametrize("body", IN_PLACE_UPDATES.values(), ids=IN_PLACE_UPDATES)
+def test_a_branch_updating_a_tensor_in_place_keeps_the_if(body, x, mode):
+    """Merged, both branches run: the update would happen whichever is taken."""
+
+    def scenario(module, wrap):
+        model, given = module["M"](), x.clone()
+        with mode():
+            return wrap(model)(given), given, model.a
+
+    findings = alike(IN_PLACE_MODULE.format(body=body.strip()), scenario)
+    assert Decision.REWRITTEN in [f.decision for f in findings]  # declined while tracing
+
+
 @pytest.mark.parametrize("x", [torch.ones(3), torch.full((3,), 0.1), -torch.ones(3)])
 def test_store_inside_a_nested_if_is_kept(x):
     body = """

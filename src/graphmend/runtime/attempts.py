@@ -33,8 +33,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
+import torch
 
 from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.cond_layout import tensor_versions
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 from graphmend.runtime.run_time_errors import raising_operation
 from graphmend.runtime.transforms import transform_active
@@ -57,6 +59,7 @@ class Attempt:
         self.installed = self._installed()
         self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
+        self.versions = tensor_versions(self.graph)
 
     def _installed(self) -> tuple[int, int, int]:
         """How many guards and size guards TorchDynamo holds, and how many graph inputs."""
@@ -76,6 +79,18 @@ class Attempt:
             for node in self.graph.nodes
             if node not in self.nodes and (target is None or node.target is target)
         ]
+
+    def updated_in_place(self) -> str | None:
+        """The first tensor the attempt updated in place that it did not make (one the
+        graph computed before it, or an input or buffer it brought in: a new one's fake
+        tensor starts at version 0), by its node's name; ``None`` if none.  A view
+        shares its base's version counter: updating ``x[0]`` updates ``x``."""
+        for node in self.graph.nodes:
+            before = self.versions.get(node, 0 if node.op in _INPUTS else None)
+            value = node.meta.get("example_value")
+            if before is not None and isinstance(value, torch.Tensor) and value._version != before:
+                return node.name
+        return None
 
     def undo(self) -> None:
         for node in reversed(self.added()):
@@ -165,6 +180,8 @@ def _item(container: Any, index: Any) -> Any:
     return None
 
 
+#: The graph nodes that bring in a tensor the frame is given: inputs, buffers.
+_INPUTS = ("placeholder", "get_attr")
 #: TorchDynamo's guards that hold for one value of what they guard.
 _VALUE_GUARDS = frozenset({"CONSTANT_MATCH", "EQUALS_MATCH"})
 #: The attribute of a speculation log entry that marks a site to keep its break.
@@ -387,8 +404,13 @@ def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable:
         site.abandon(tracer, rewrite, attempt, reason)
         return None
     raising = raising_operation(attempt.added())
-    if raising is not None:
-        reason = f"a branch {raising}, which raises"
+    updated = attempt.updated_in_place()
+    if raising is not None or updated is not None:
+        reason = (
+            f"a branch {raising}, which raises"
+            if raising is not None
+            else f"a branch updates {updated} in place, where the other branch may not"
+        )
         site.abandon(tracer, rewrite, attempt, reason)
         return None
     site.keep_sizes_dynamic(attempt)
