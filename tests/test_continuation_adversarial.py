@@ -177,9 +177,11 @@ RETURNS_VIEWS = "import torch\n" + "".join(
 
 
 def _seen(value: Any) -> Any:
-    """What the caller sees of each tensor in ``value``: its type, layout and values."""
+    """What the caller sees of each tensor in ``value``: its type, layout, lazy flags,
+    whether it requires grad, and its values."""
     if isinstance(value, torch.Tensor):
-        return type(value).__name__, value.stride(), value.storage_offset(), value.tolist()
+        flags = value.is_conj(), value.is_neg(), value.requires_grad
+        return type(value).__name__, value.stride(), value.storage_offset(), flags, value.tolist()
     if isinstance(value, dict):
         return {key: _seen(item) for key, item in value.items()}
     return [_seen(item) for item in value]
@@ -221,6 +223,36 @@ def subclass(x):
     return t * 2 if y is None else y
 
 
+def conjugate(x):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    return (x * 1 if y is None else y).to(torch.complex64).conj()
+
+
+def negative(x):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    return torch._neg_view(x * 1 if y is None else y)
+
+
+WEIGHT = torch.ones(4, requires_grad=True)
+
+
+def recording_again(x):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    z = x * 1 if y is None else y
+    with torch.enable_grad():
+        z = z * WEIGHT
+    return z
+
+
 def at_a_symbolic_offset(x, n):
     if x.sum() > 0:
         y = x + 1
@@ -238,6 +270,11 @@ def at_a_symbolic_offset(x, n):
         ("f", [(POSITIVE,), (NEGATIVE,)]),
         # torch.cond's outputs are plain tensors
         ("subclass", [(POSITIVE,), (NEGATIVE,)]),
+        # lazy views: a copy of one is a plain tensor
+        ("conjugate", [(POSITIVE,), (NEGATIVE,)]),
+        ("negative", [(POSITIVE,), (NEGATIVE,)]),
+        # the rest records again (enable_grad): torch.cond's output would need no grad
+        ("recording_again", [(POSITIVE,), (NEGATIVE,)]),
         # the offset of the third call's view is symbolic: as_strided needs numbers
         ("at_a_symbolic_offset", [(X.abs(), 1), (-X.abs(), 1), (X.abs(), 2)]),
     ],

@@ -41,9 +41,10 @@ Layout = tuple[tuple[int, ...], tuple[int, ...], int]
 _COPY, _BASE, _NEITHER = "copy", "base", "neither"
 
 UNCARRIABLE = (
-    "a result is a tensor subclass, or a view torch.cond cannot give back as it is "
-    "(at a symbolic offset, of another dtype or of a base that does not fill its "
-    "storage): torch.cond would give a dense torch.Tensor at offset 0"
+    "a result is a tensor subclass, a conjugate or negative view, a tensor that requires "
+    "grad, or a view torch.cond cannot give back as it is (at a symbolic offset, of "
+    "another dtype or of a base that does not fill its storage): torch.cond would give "
+    "a dense torch.Tensor at offset 0 that needs no grad"
 )
 
 
@@ -82,14 +83,23 @@ def _how_carried(_tracer: Any, variable: Any) -> str | None:
 
 def _how(tensor: torch.Tensor) -> str:
     """Whether ``torch.cond`` gives ``tensor`` back as it is (copy), as a view of its
-    base laid out again (base), or not at all."""
+    base laid out again (base), or not at all: not a conjugate or negative view (its
+    copy is no lazy view), nor a tensor that requires grad (the ``cond`` runs where
+    autograd does not record, but the branch may record again, ``enable_grad``: its
+    output would not require grad)."""
+    if _marked(tensor) or tensor.requires_grad:
+        return _NEITHER
     if _is_zero(tensor.storage_offset()) and not strided_view(tensor):
         return _COPY
     base = tensor._base
     if base is None or _layout(tensor) is None or not _fills_its_storage(base):
         return _NEITHER
-    lazy = any(t.is_conj() or t.is_neg() for t in (tensor, base))
-    return _NEITHER if lazy or base.dtype != tensor.dtype else _BASE
+    return _NEITHER if _marked(base) or base.dtype != tensor.dtype else _BASE
+
+
+def _marked(tensor: torch.Tensor) -> bool:
+    """A conjugate or negative view: a copy of it is a plain tensor."""
+    return tensor.is_conj() or tensor.is_neg()
 
 
 def _is_zero(number: int | torch.SymInt) -> bool:
