@@ -287,12 +287,12 @@ def test_a_result_not_given_back_as_the_original_keeps_the_break(load_both, name
     assert graphs <= plain_graphs
 
 
-@pytest.mark.parametrize("read", ["x._base is None", "not x._is_view()"])
+@pytest.mark.parametrize("read", ["x._base is None", "not x._is_view()", "x.is_contiguous()"])
 def test_a_rest_asking_whether_an_argument_is_a_view_is_not_given_a_copy(load_both, read):
-    # Under fullgraph=True a strided argument is passed to torch.cond as a dense copy,
-    # unless the rest reads its layout: `x._base is None` of the copy of an expanded x
+    # Under fullgraph=True a strided argument was passed to torch.cond as a dense copy
+    # unless the rest read its layout: `x._base is None` of the copy of an expanded x
     # was True, where the original's is False (x * 2 returned for x * 3).
-    source = SITE + f"    k = 2 if {read} else 3\n    return x * k if y is None else y * k\n"
+    source = SITE + f"    k = 3 - int({read})\n    return x * k if y is None else y * k\n"
     plain, mended = load_both(source)
     for x in (EXPANDED, -EXPANDED):
         torch._dynamo.reset()
@@ -303,6 +303,35 @@ def test_a_rest_asking_whether_an_argument_is_a_view_is_not_given_a_copy(load_bo
             except torch._dynamo.exc.Unsupported:
                 continue  # the break kept, as plain compile's
         assert torch.equal(result, expected)
+
+
+#: Strided views handed to the rest: expanded, with gaps, with gaps at an offset.
+STRIDED = {
+    "expanded": lambda t: t[:1].expand(3, 4),
+    "with_gaps": lambda t: t[:, ::2],
+    "with_gaps_at_an_offset": lambda t: t[1:, ::2],
+}
+#: The rest reads the argument's layout in a function it calls, where the static
+#: analysis does not look; a result computed from it keeps the argument's layout.
+READS_LAYOUT_IN_A_CALLEE = (
+    SITE
+    + "    k = 3 - int(dense(x))\n    return x * k if y is None else y * k\n"
+    + "\n\ndef dense(t):\n    return t.is_contiguous()\n"
+)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", sorted(STRIDED))
+def test_a_strided_argument_is_handed_to_the_branches_as_its_base(load_both, name, backend):
+    # torch.cond takes dense operands: a strided argument was passed as a dense copy
+    # under fullgraph=True (a callee's is_contiguous() was True: x * 2 for x * 3), and
+    # kept the break otherwise.  Its base is passed and the view laid out again inside.
+    plain, mended = load_both(READS_LAYOUT_IN_A_CALLEE)
+    calls = [(STRIDED[name](POSITIVE),), (STRIDED[name](NEGATIVE),)]
+    expected, plain_graphs = _run(plain.f, calls, backend)
+    actual, graphs = _run(mended.f, calls, backend)
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert (graphs, plain_graphs) == (1, 3)
 
 
 def _declined(source: str) -> str:
@@ -508,3 +537,32 @@ def test_a_size_among_the_results_keeps_the_break_under_inductor(load_both) -> N
             (actual, size), (expected, expected_size) = compiled(x), plain.f(x)
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
         assert size == expected_size
+
+
+@pytest.mark.inductor
+def test_a_strided_argument_handed_as_its_base_under_inductor(load_both) -> None:
+    plain, mended = load_both(READS_LAYOUT_IN_A_CALLEE)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.f)
+    for view in STRIDED.values():
+        for x in (view(POSITIVE), view(NEGATIVE)):
+            with torch.no_grad():
+                actual, expected = compiled(x), plain.f(x)
+            assert _seen(actual) == _seen(expected)
+
+
+#: The branches give results of different sizes: torch.cond's output has an unbacked
+#: size, which TorchInductor (2.13) left undefined in the branch's code (NameError:
+#: name 'u0' is not defined, where plain compile runs).
+SIZED_BY_THE_BRANCH = SITE + "    return x[:, 1:] * 2 if y is None else y * 3\n"
+
+
+@pytest.mark.inductor
+def test_results_sized_by_the_branch_keep_the_break_under_inductor(load_both) -> None:
+    plain, mended = load_both(SIZED_BY_THE_BRANCH)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.f)
+    for x in (POSITIVE, NEGATIVE):
+        with torch.no_grad():
+            actual, expected = compiled(x), plain.f(x)
+        assert _seen(actual) == _seen(expected)

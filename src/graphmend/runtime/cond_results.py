@@ -56,7 +56,7 @@ def carried(tensor: torch.Tensor) -> torch.Tensor:
     """What a branch returns for ``tensor``, traced: a copy of it, or where ``torch.cond``
     would not give back its layout, a copy of its base.  Raises ``TypeError`` (the
     branch is not captured) for a tensor subclass and a view that cannot be carried."""
-    how = ask_tracer(_how_carried, _NEITHER, tensor) if type(tensor) is torch.Tensor else _NEITHER
+    how = _how_traced(tensor)
     if how == _COPY:
         return torch.clone(tensor)
     if how == _BASE:
@@ -68,17 +68,57 @@ def given_back_as_it_is(tensor: Any) -> bool:
     """Whether ``torch.cond`` gives ``tensor`` (traced) back with its own layout: a plain
     tensor, dense, at offset 0 (a copy of it).  A branch that gives any other result
     must carry it (:func:`carried`) or keep its ``if``."""
-    return type(tensor) is torch.Tensor and ask_tracer(_how_carried, _NEITHER, tensor) == _COPY
+    return _how_traced(tensor) == _COPY
+
+
+def rebuilt_from_base(tensor: Any) -> tuple[Layout, Layout] | None:
+    """How ``tensor`` (traced), a view, can be handed to ``torch.cond``'s branches as its
+    base (dense, at offset 0, filling its storage) and laid out again inside them with
+    ``as_strided``: its base's layout and its own (numbers); ``None`` where it cannot,
+    and for a view the graph computes.
+    What :func:`carried` does with a result, the other way.  The base is made again by
+    ``as_strided`` from the view, not read as ``tensor._base``: AOTAutograd gives a
+    graph input that is a view no ``_base``.  (TorchDynamo breaks the graph on
+    ``storage_offset()``: the fake tensor is asked.)"""
+    if type(tensor) is not torch.Tensor:
+        return None
+    return ask_tracer(_base_layout, None, tensor)
+
+
+def _base_layout(_tracer: Any, variable: Any) -> tuple[Layout, Layout] | None:
+    """Asked while TorchDynamo traces :func:`rebuilt_from_base`: only for a tensor the
+    graph is given (an input, a buffer), whose storage is the caller's.  TorchInductor
+    may lay out a tensor the graph computes otherwise than eager (a broadcast view
+    made dense), so that ``as_strided`` of it read other elements."""
+    try:
+        given = variable.as_proxy().node.op in ("placeholder", "get_attr")
+    except (AttributeError, NotImplementedError):
+        return None
+    fake = _fake(variable)
+    if not given or fake is None or _how(fake) != _BASE:
+        return None
+    return _layout(fake._base), _layout(fake)
+
+
+def _how_traced(tensor: Any) -> str | None:
+    if type(tensor) is not torch.Tensor:
+        return _NEITHER
+    return ask_tracer(_how_carried, _NEITHER, tensor)
 
 
 def _how_carried(_tracer: Any, variable: Any) -> str | None:
     """Asked while TorchDynamo traces :func:`carried`: asks the fake tensor (``None``, on
     a release without these internals: the branch is not captured)."""
+    fake = _fake(variable)
+    return None if fake is None else _how(fake)
+
+
+def _fake(variable: Any) -> torch.Tensor | None:
+    """The fake tensor TorchDynamo traces for ``variable``; ``None`` where it is not found."""
     try:
-        fake = variable.as_proxy().node.meta["example_value"]
+        return variable.as_proxy().node.meta["example_value"]
     except (AttributeError, KeyError, TypeError):
         return None
-    return _how(fake)
 
 
 def _how(tensor: torch.Tensor) -> str:
@@ -128,6 +168,18 @@ def gives_tensors(cond: Node) -> bool:
     """Whether each output of ``cond``, just traced, is a tensor (a branch may give a
     number: a size, an int)."""
     return all(isinstance(value, torch.Tensor) for value in cond.meta["example_value"])
+
+
+def sized_by_branch(cond: Node) -> bool:
+    """Whether an output of ``cond``, just traced, has a size or stride that its branches
+    give otherwise (``h[:, 1:]`` against ``h``): ``torch.cond`` makes it a new unbacked
+    symbol, which TorchInductor (2.13) leaves undefined in the branch's code (a
+    ``NameError`` when the compiled function runs)."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    operands = [node.meta.get("example_value") for node in cond.args[-1] if isinstance(node, Node)]
+    known = set().union(*(free_unbacked_symbols(value) for value in operands))
+    return any(free_unbacked_symbols(value) - known for value in cond.meta["example_value"])
 
 
 def layouts(output: Any, conds: list[Node]) -> tuple[str, tuple[Layout | None, ...]] | None:

@@ -21,7 +21,7 @@ looked up defensively, so that on another release the site keeps its break.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -67,32 +67,68 @@ def continuation(
         declined(
             "continuation",
             "a branch may update a tensor in place or read its strides, and an argument "
-            "is a strided view (torch.cond needs dense inputs, a copy would differ)",
+            "is a strided view (torch.cond needs dense inputs)",
         )
         return None
-    then_arguments = tuple(_dense(v) for v in then_arguments)
-    else_arguments = tuple(_dense(v) for v in else_arguments)
+    then_passed = tuple(_passed(v) for v in then_arguments)
+    else_passed = tuple(_passed(v) for v in else_arguments)
+    if any(v is _NOT_PASSED for v in (*then_passed, *else_passed)):
+        declined("continuation", _NOT_PASSED_REASON)
+        return None
     predicate = truth(condition)
 
     def then_branch() -> tuple[Any]:
-        return _fresh(then_function(*then_arguments))
+        return _fresh(then_function(*tuple(_received(v) for v in then_passed)))
 
     def else_branch() -> tuple[Any]:
-        return _fresh(else_function(*else_arguments))
+        return _fresh(else_function(*tuple(_received(v) for v in else_passed)))
 
-    captured = ask_tracer(_capture, None, predicate, then_branch, else_branch, sparse)
+    captured = ask_tracer(_capture, None, predicate, then_branch, else_branch)
     if captured is None:
         return None
     merged, layouts = captured  # layouts: how each tensor is given back (cond_results)
     return merged if layouts is None else cond_results.laid_out(merged, layouts)
 
 
-def _dense(value: Any) -> Any:
-    """A dense copy of a tensor that is a strided view (TorchInductor's ``cond`` assumes
-    dense inputs); anything else as it is, a transposed tensor included (its results
-    keep the layout they have in the original; a copy of a dense tensor would alias)."""
-    if cond_layout.strided_view(value):
-        return value.clone(memory_format=torch.contiguous_format)
+class _View(NamedTuple):
+    """A strided view handed to the branches as its base, laid out again inside them."""
+
+    base: torch.Tensor
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+#: What :func:`_passed` gives for a strided view the branches cannot be handed.
+_NOT_PASSED = object()
+
+_NOT_PASSED_REASON = (
+    "an argument is a strided view whose base torch.cond cannot be given (one the graph "
+    "computes, a tensor subclass, a conjugate or negative view, one that requires grad, "
+    "a symbolic layout, or a base that does not fill its storage)"
+)
+
+
+def _passed(value: Any) -> Any:
+    """What ``torch.cond``'s branches are given for ``value``: a strided view (a slice
+    with gaps, an expanded tensor) as its base and layout (:class:`_View`), since
+    TorchInductor's ``cond`` takes dense operands and a dense copy would read
+    otherwise (``x._base``, ``x.is_contiguous()``, results laid out otherwise, in the
+    rest or in any function it calls); anything else as it is, a transposed tensor
+    included.  :data:`_NOT_PASSED` where the view cannot be rebuilt from its base."""
+    if not cond_layout.strided_view(value):
+        return value
+    layouts = cond_results.rebuilt_from_base(value)
+    if layouts is None:
+        return _NOT_PASSED
+    (base_size, base_stride, _), layout = layouts
+    return _View(value.as_strided(base_size, base_stride, 0), *layout)
+
+
+def _received(value: Any) -> Any:
+    """What a branch sees for what :func:`_passed` gave: the view laid out again."""
+    if isinstance(value, _View):
+        return value.base.as_strided(value.size, value.stride, value.offset)
     return value
 
 
@@ -106,9 +142,7 @@ def _fresh(result: tuple[Any]) -> tuple[Any]:
     return torch.utils._pytree.tree_map_only(torch.Tensor, cond_results.carried, result)
 
 
-def _capture(
-    tracer: Any, predicate: Any, then_branch: Any, else_branch: Any, sparse_variable: Any
-) -> Any:
+def _capture(tracer: Any, predicate: Any, then_branch: Any, else_branch: Any) -> Any:
     """Asked while TorchDynamo traces :func:`continuation`: ``torch.cond`` through
     TorchDynamo's own handler, its operands' layout pinned for TorchInductor
     (:mod:`graphmend.runtime.cond_layout`); the variable of its result."""
@@ -118,16 +152,12 @@ def _capture(
         attempt = Attempt(tracer)
         site = opened_site(tracer) or Site(tracer)
         versions = cond_layout.tensor_versions(attempt.graph)  # before the branches run
-        sparse = sparse_variable.as_python_constant()
     except (AttributeError, ImportError, KeyError, NotImplementedError, TypeError) as error:
         record_at(tracer, "continuation", f"this torch release is not supported ({error})")
         return None
     kept = site.kept_break()
     if kept is not None:
         record_at(tracer, "continuation", kept)
-        return None
-    if sparse and not site.one_graph:
-        site.abandon(tracer, "continuation", attempt, _COPIED_VIEW)
         return None
     try:
         result = handler.call_function(tracer, arguments, {})
@@ -155,6 +185,8 @@ def _given_back(
     try:
         if not all(cond_results.gives_tensors(cond) for cond in conds):
             return _NUMBER, None
+        if any(cond_results.sized_by_branch(cond) for cond in conds):
+            return _SIZED_BY_BRANCH, None
         returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
         if any(aliasing.results_share_memory(tracer.output, cond) for cond in conds):
             return _SHARED, None
@@ -176,19 +208,14 @@ _NUMBER = (
     "lower a torch.cond that gives one back"
 )
 
+_SIZED_BY_BRANCH = (
+    "the branches give results of different sizes: TorchInductor (2.13) fails to run a "
+    "torch.cond whose outputs' sizes depend on the branch taken"
+)
+
 _SHARED = (
     "two of its results share memory (one tensor twice, or a view of another): "
     "torch.cond returns a copy of each"
-)
-
-
-#: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
-#: where a break fails the call): the branches see its dense copy, and a result computed
-#: from it may be laid out otherwise than the original's (``x.t() * 2`` of an expanded
-#: ``x`` is contiguous, of its copy transposed), so that a caller's ``.view`` fails.
-_COPIED_VIEW = (
-    "an argument is a strided view: the branches would see a dense copy, and their "
-    "results could be laid out otherwise than the original's"
 )
 
 
