@@ -194,14 +194,17 @@ def test_a_guard_left_by_an_arm_under_dynamic_shapes() -> None:
 #: under torch.cond (one calling ``self.lin``) that reads the float ``t`` keeps its if:
 #: not claimed.  The body starts from a tensor of its own, as a model's layer does: a
 #: merged result returned where the original returns the caller's own tensor keeps its
-#: break (COUNTEREXAMPLES, "merged-result-returned-for-the-callers-tensor").
+#: break (COUNTEREXAMPLES, "merged-result-returned-for-the-callers-tensor"), contiguous
+#: whatever the caller's layout (arms computing from a transposed ``x`` give results
+#: laid out otherwise than ``self.lin``'s, which no merge can give back).
+_OWN_TENSOR = "x = x.clone(memory_format=torch.contiguous_format)"
 FIXABLE = programs(
     ("assign", "if", "conditional", "output", "guard"),
     values=("pure", "linear"),
     returns=False,
     arm_patterns=("assign", "if"),
     grad=False,
-).map(lambda program: replace(program, body="x = x.clone()\n" + program.body))
+).map(lambda program: replace(program, body=f"{_OWN_TENSOR}\n{program.body}"))
 
 
 def check_fullgraph(program: Program) -> None:

@@ -107,16 +107,31 @@ _SIZED_ARMS = (
 )
 
 
+#: How a call's ``x`` is laid out: dense, transposed (dense, not contiguous), with gaps
+#: (every other column of a wider tensor), with gaps at an offset (below another row).
+LAYOUTS = ("dense", "transposed", "gaps", "gaps at an offset")
+
+
 @dataclass(frozen=True)
 class Call:
-    """One call ``forward(x, t)``: the rows of ``x`` and the value of ``t``."""
+    """One call ``forward(x, t)``: the rows of ``x``, the value of ``t``, and how ``x`` is
+    laid out (:data:`LAYOUTS`)."""
 
     rows: tuple[tuple[float, ...], ...]
     t: float
+    layout: str = "dense"
 
     def tensor(self) -> torch.Tensor:
-        """A fresh float32 tensor holding :attr:`rows`."""
-        return torch.tensor(self.rows, dtype=torch.float32)
+        """A fresh float32 tensor holding :attr:`rows`, laid out as :attr:`layout` says."""
+        dense = torch.tensor(self.rows, dtype=torch.float32)
+        if self.layout == "transposed":
+            return dense.t().contiguous().t()
+        if self.layout == "dense":
+            return dense
+        above = 1 if self.layout == "gaps at an offset" else 0
+        wide = torch.zeros(len(self.rows) + above, 2 * COLUMNS)
+        wide[above:, ::2] = dense
+        return wide[above:, ::2]
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,9 @@ class Program:
         graphs are counted on calls that recompile only where the data decide a branch."""
         first = self.calls[0]
         rows = len(first.rows)
-        calls = tuple(Call(tuple((call.rows * rows)[:rows]), first.t) for call in self.calls)
+        calls = tuple(
+            replace(call, rows=tuple((call.rows * rows)[:rows]), t=first.t) for call in self.calls
+        )
         return replace(self, calls=calls)
 
     def resized(self) -> Program:
@@ -151,7 +168,9 @@ class Program:
     def describe(self) -> str:
         """The forward body and the calls, as a failure message shows them."""
         calls = "\n".join(
-            f"  forward(x=torch.tensor({c.rows!r}), t={c.t!r})".replace("nan", 'float("nan")')
+            f"  forward(x=torch.tensor({c.rows!r}) ({c.layout}), t={c.t!r})".replace(
+                "nan", 'float("nan")'
+            )
             for c in self.calls
         )
         body = textwrap.indent(self.body, "    ")
@@ -342,14 +361,16 @@ def bodies(
 
 @st.composite
 def calls(draw: st.DrawFn) -> tuple[Call, ...]:
-    """Two or three calls, each with a different ``t``; row counts vary (1 to 3)."""
+    """Two or three calls, each with a different ``t``; row counts vary (1 to 3); ``x``
+    laid out one way for all of them."""
     times = draw(st.lists(st.sampled_from(TIMES), min_size=2, max_size=3, unique=True))
+    layout = draw(st.sampled_from(LAYOUTS))
     result = []
     for t in times:
         count = draw(st.integers(1, 3))
         values = st.lists(st.sampled_from(VALUES), min_size=COLUMNS, max_size=COLUMNS)
         rows = draw(st.lists(values, min_size=count, max_size=count))
-        result.append(Call(tuple(tuple(row) for row in rows), t))
+        result.append(Call(tuple(tuple(row) for row in rows), t, layout))
     return tuple(result)
 
 
