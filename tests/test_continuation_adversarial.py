@@ -184,7 +184,9 @@ def _seen(value: Any) -> Any:
         return type(value).__name__, value.stride(), value.storage_offset(), flags, value.tolist()
     if isinstance(value, dict):
         return {key: _seen(item) for key, item in value.items()}
-    return [_seen(item) for item in value]
+    if isinstance(value, tuple | list):
+        return [_seen(item) for item in value]
+    return value
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -511,14 +513,7 @@ def test_a_view_at_an_offset_under_inductor(load_both, name: str) -> None:
     # whatever the offset: the cond's branch returned the view, read at its offset twice
     # after the cond (the second piece of h.split(1): other values), or failing the
     # cond's 16-byte alignment check (offset 1).  A view is carried as its base.
-    plain, mended = load_both(AT_AN_OFFSET)
-    torch._dynamo.reset()
-    compiled = torch.compile(getattr(mended, name))
-    for x in (POSITIVE, NEGATIVE):
-        with torch.no_grad():
-            actual, expected = compiled(x), getattr(plain, name)(x)
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
-        assert _seen(actual) == _seen(expected)
+    _as_plain_under_inductor(load_both, AT_AN_OFFSET, [POSITIVE, NEGATIVE], name)
 
 
 #: The rest gives a size with its tensor: a number torch.cond would give back, which
@@ -529,26 +524,13 @@ RETURNS_A_SIZE = SITE + "    z = x * 2 if y is None else y[:1]\n    return z, z.
 
 @pytest.mark.inductor
 def test_a_size_among_the_results_keeps_the_break_under_inductor(load_both) -> None:
-    plain, mended = load_both(RETURNS_A_SIZE)
-    torch._dynamo.reset()
-    compiled = torch.compile(mended.f)
-    for x in (POSITIVE, NEGATIVE):
-        with torch.no_grad():
-            (actual, size), (expected, expected_size) = compiled(x), plain.f(x)
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
-        assert size == expected_size
+    _as_plain_under_inductor(load_both, RETURNS_A_SIZE, [POSITIVE, NEGATIVE])
 
 
 @pytest.mark.inductor
 def test_a_strided_argument_handed_as_its_base_under_inductor(load_both) -> None:
-    plain, mended = load_both(READS_LAYOUT_IN_A_CALLEE)
-    torch._dynamo.reset()
-    compiled = torch.compile(mended.f)
-    for view in STRIDED.values():
-        for x in (view(POSITIVE), view(NEGATIVE)):
-            with torch.no_grad():
-                actual, expected = compiled(x), plain.f(x)
-            assert _seen(actual) == _seen(expected)
+    calls = [view(x) for view in STRIDED.values() for x in (POSITIVE, NEGATIVE)]
+    _as_plain_under_inductor(load_both, READS_LAYOUT_IN_A_CALLEE, calls)
 
 
 #: The branches give results of different sizes: torch.cond's output has an unbacked
@@ -559,10 +541,16 @@ SIZED_BY_THE_BRANCH = SITE + "    return x[:, 1:] * 2 if y is None else y * 3\n"
 
 @pytest.mark.inductor
 def test_results_sized_by_the_branch_keep_the_break_under_inductor(load_both) -> None:
-    plain, mended = load_both(SIZED_BY_THE_BRANCH)
+    _as_plain_under_inductor(load_both, SIZED_BY_THE_BRANCH, [POSITIVE, NEGATIVE])
+
+
+def _as_plain_under_inductor(load_both, source: str, calls: list, name: str = "f") -> None:
+    """``name`` of ``source``, compiled by TorchInductor under GraphMend, gives what the
+    plain function gives eagerly on each of ``calls`` (in inference): values, layout."""
+    plain, mended = load_both(source)
     torch._dynamo.reset()
-    compiled = torch.compile(mended.f)
-    for x in (POSITIVE, NEGATIVE):
+    compiled = torch.compile(getattr(mended, name))
+    for x in calls:
         with torch.no_grad():
-            actual, expected = compiled(x), plain.f(x)
+            actual, expected = compiled(x), getattr(plain, name)(x)
         assert _seen(actual) == _seen(expected)
