@@ -613,6 +613,32 @@ def test_an_unmerged_search_of_a_tensor_breaks_where_the_original_does(load_both
         assert same(compiled.result, expected.result)
 
 
+MERGED_SEARCH_THEN_A_BREAK = """
+import torch
+
+def f(x, mask):
+    h = (x * 2).sin()
+    h = h * 2 if 0 in mask else h * 3
+    h = h / 2 if h.sum() > 1 else h.double()
+    return h.cos()
+"""
+
+
+def test_a_merged_search_of_a_tensor_with_a_break_after_it_breaks_where_the_original_does(
+    load_both,
+):
+    # Merged, the search no longer stopped the trace: TorchDynamo went on to the later
+    # break (the branches give other dtypes) and compiled the rest, which plain compile
+    # runs eagerly after the search, in a graph of its own (3 graphs against 2).
+    plain, mended = (module.f for module in load_both(MERGED_SEARCH_THEN_A_BREAK))
+    for mask in (torch.tensor([1.0, 0.0, 1.0]), torch.ones(3)):
+        x = torch.arange(3.0)
+        expected = compile_and_run(plain, x, mask)
+        compiled = compile_and_run(mended, x, mask)
+        assert (compiled.graphs, compiled.breaks) == (expected.graphs, expected.breaks)
+        assert same(compiled.result, expected.result)
+
+
 def _findings(source: str):
     return rewrite(textwrap.dedent(source), "<fixture>", {"predicate"}).findings
 

@@ -365,6 +365,19 @@ COUNTEREXAMPLES = {
         "x = -x if x.abs().max() < 2.0 else x.sum(0, keepdim=True)\nreturn x\n",
         (_zeros(2, 0.5), _zeros(1, 2.5)),
     ),
+    # a merged search no longer stopped the trace: the later break compiled the rest,
+    # which plain compile runs eagerly after the search (4 graphs against 3)
+    "merged-search-then-a-break": Program(
+        "x = torch.cat([x, x]) if x.norm() > -1.0 else x - x.mean()\nx = -x\n"
+        "x = x.sum(0, keepdim=True) if 2.0 in x else self.lin(x)\n"
+        "x = x / 2 if x.sum() > 1.0 else x.double()\nreturn x + 1\n",
+        (
+            Call(((1.0, -3.0, -1.0, -1.0),), 3.5),
+            Call(((float("nan"), -1.0, 0.5, float("nan")),), 3.5),
+            Call(((1.0, 4.0, 1.0, 1.0),), 3.5),
+        ),
+        grad=False,
+    ),
 }
 
 #: Minimal programs of what GraphMend claims to fix that fail ``fullgraph=True``

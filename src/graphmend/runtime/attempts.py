@@ -59,6 +59,7 @@ class Attempt:
         self.installed = self._installed()
         self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
+        self.on_break = len(getattr(tracer.output, _ON_BREAK, ()))
         self.versions = tensor_versions(self.graph)
 
     def _installed(self) -> tuple[int, int, int]:
@@ -99,6 +100,7 @@ class Attempt:
         self.tracer.output.side_effects = self.side_effects
         del self.tracer.debug_locals[self.deferred :]
         del getattr(self.tracer.output, _CHECKS, [])[self.checks :]
+        del getattr(self.tracer.output, _ON_BREAK, [])[self.on_break :]
 
     def _valued_sources(self) -> dict[str, Any]:
         """The sources (by name) whose values TorchDynamo guards on."""
@@ -189,6 +191,9 @@ _KEPT = "graphmend_keeps_break"
 #: The attribute of the ``OutputGraph`` being traced that lists the checks to make before
 #: it is compiled (:func:`check_before_compiling`).
 _CHECKS = "graphmend_checks_before_compiling"
+#: The attribute of the ``OutputGraph`` being traced that lists what to call when it
+#: breaks (:func:`on_graph_break`).
+_ON_BREAK = "graphmend_on_graph_break"
 #: The attribute of a site's runtime function's tracer that holds its :class:`Site`.
 _OPENED = "graphmend_opened_site"
 #: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
@@ -350,6 +355,33 @@ def check_before_compiling(output: Any, check: Callable[[list[Any]], None]) -> N
         output.compile_and_call_fx_graph = compile_and_call_fx_graph
         setattr(output, _CHECKS, checks)
     checks.append(check)
+
+
+def on_graph_break(output: Any, callback: Callable[[], None]) -> None:
+    """Call ``callback`` when the graph ``output`` traces breaks (TorchDynamo compiles the
+    graph so far, to resume after the break), before it is compiled; not at the frame's
+    return.  The callback may restart the analysis (:meth:`Site.keep_break`).  An
+    attempt's undo drops the callbacks it added.
+
+    The one ``OutputGraph``'s ``compile_subgraph`` is wrapped (an internal of the
+    releases GraphMend is tested with); raises ``AttributeError`` where it is missing."""
+    callbacks = getattr(output, _ON_BREAK, None)
+    if callbacks is None:
+        compile_subgraph = output.compile_subgraph
+        callbacks = []
+
+        def compile_subgraph_after_callbacks(*args: Any, **kwargs: Any) -> Any:
+            reason = kwargs.get("reason") or next(
+                (a for a in args if type(a).__name__ == "GraphCompileReason"), None
+            )
+            if getattr(reason, "graph_break", False):
+                for each in list(callbacks):
+                    each()
+            return compile_subgraph(*args, **kwargs)
+
+        output.compile_subgraph = compile_subgraph_after_callbacks
+        setattr(output, _ON_BREAK, callbacks)
+    callbacks.append(callback)
 
 
 def checks_before_compiling(output: Any) -> list[Callable[[list[Any]], None]]:

@@ -12,6 +12,12 @@ So the rewritten statement asks :func:`search_site` before it computes anything,
 its fallback calls :func:`as_written` before it searches again: that restarts the
 frame's analysis with the site marked (:meth:`Site.keep_break`), and the next analysis
 takes the original statement, whose graph is plain compile's.
+
+Where the branches do merge, the search no longer stops the trace, and TorchDynamo
+traces the rest of the frame, which plain compile runs eagerly: a break there
+(``x / 2 if x.sum() > 1 else x.double()`` on a later line) would compile the rest in
+graphs plain compile never makes.  So a graph break after the site in the same frame
+restarts the analysis too, the site running as written (:func:`on_graph_break`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.attempts import Site
+from graphmend.runtime.attempts import Site, on_graph_break
 from graphmend.runtime.fallbacks import record_at
 
 #: The attribute of the ``OutputGraph`` being traced that lists its search sites.
@@ -50,7 +56,17 @@ def _open_search(tracer: Any) -> Any:
         sites = []
         setattr(tracer.output, _SEARCH_SITES, sites)
     sites.append(site)
+    try:
+        on_graph_break(tracer.output, lambda: site.keep_break(_BROKEN_AFTER))
+    except AttributeError:  # an output graph of another shape: the site runs as written
+        return ConstantVariable.create(None)
     return len(sites) - 1
+
+
+_BROKEN_AFTER = (
+    "the condition searches a tensor for a number, which plain compile cannot resume "
+    "after, and the frame breaks later: the statement runs as written, the rest eagerly"
+)
 
 
 def as_written(token: int) -> None:
