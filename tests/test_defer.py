@@ -524,3 +524,65 @@ def test_a_warning_filtered_into_an_error_keeps_its_place(load_rewritten):
         with pytest.warns(UserWarning, match="careful"):
             result = compile_and_run(module.f, torch.ones(2), torch.zeros(2))
         assert (result.graphs, result.breaks) == (1, 0)
+
+
+COPIES_BEFORE_A_BREAK = """
+import logging
+import torch
+
+logger = logging.getLogger("gm.test.copies")
+
+def printed(x):
+    print("input", x)
+    torch._dynamo.graph_break()
+    return x + 1
+
+def logged(x):
+    logger.warning("input %s", x)
+    torch._dynamo.graph_break()
+    return x + 1
+
+def formatted(x):
+    print(f"{x.sum()} {x.max()}")
+    torch._dynamo.graph_break()
+    return x + 1
+
+def check(x):
+    if (x > 1).any():
+        raise ValueError("invalid input")
+
+def checked(x):
+    print("input", x)
+    check(x)
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize("name", ["printed", "logged", "formatted", "checked"])
+def test_copies_make_no_graph_plain_compile_does_not(load_both, capsys, caplog, name):
+    # A call first in its graph, followed by a break (a graph_break(), a callee whose
+    # guard keeps its break), broke with nothing on either side: no graph.  Deferred,
+    # the copies of its tensors made a graph of their own (2 graphs against 1).
+    plain, mended = load_both(COPIES_BEFORE_A_BREAK)
+    x = torch.zeros(3)
+    expected = compile_and_run(getattr(plain, name), x)
+    plain_output = (capsys.readouterr().out, caplog.messages[:])
+    caplog.clear()
+    compiled = compile_and_run(getattr(mended, name), x)
+    assert compiled.graphs <= expected.graphs
+    assert torch.equal(compiled.result, expected.result)
+    assert (capsys.readouterr().out, caplog.messages) == plain_output
+
+
+def test_a_call_first_in_its_graph_is_deferred_under_fullgraph(load_rewritten, capsys):
+    module = load_rewritten("""
+        import torch
+        def f(x):
+            print("input", x)
+            x.add_(1)
+            return x * 2
+    """)
+    x = torch.zeros(2)
+    compiled = compile_and_run(module.f, x, fullgraph=True)
+    assert compiled.graphs == 1
+    assert capsys.readouterr().out == "input tensor([0., 0.])\n"

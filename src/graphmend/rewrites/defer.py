@@ -4,7 +4,10 @@ A statement such as ``logger.warning_once(f"mean {h.mean()}", stacklevel=1)``
 becomes::
 
     if _@gm_tracing():
-        _@gm_defer3(*_@gm_rt.capture(h.mean()))
+        _@gm_arg6 = h.mean()
+        _@gm_carried7 = (_@gm_rt.carriable(_@gm_arg6) and _@gm_rt.defers_here(_@gm_arg6)
+                         and _@gm_rt.tensor_free())
+        _@gm_defer3(*_@gm_rt.capture(_@gm_arg6, _@gm_carried7))
     else:
         logger.warning_once(f"mean {h.mean()}", stacklevel=1)    # untouched
 
@@ -26,7 +29,9 @@ after the graph exactly as the original would have.  Names that cannot
 change before the graph ends (modules, classes, functions, builtins,
 ``sys.stdout``/``sys.stderr``) are evaluated in the deferred function; anything
 TorchDynamo cannot carry out of the graph makes it keep the original call,
-with the original graph break.
+with the original graph break.  So does a call whose copies would make a graph
+where plain compile has none (``defers_here``: nothing before the call is in the
+graph yet, and a break may follow it before anything else is).
 """
 
 from __future__ import annotations
@@ -127,7 +132,7 @@ class DeferRewrite(FunctionStatementRewriter):
             )  # type: ignore[arg-type]
         )
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
-        tracing_path = plan.tracing_path(function_name, self.module.fresh_name)
+        tracing_path = plan.tracing_path(function_name, self.module.fresh_name, statement)
         if found.kind is OutputKind.WARNING:
             # a filter that makes it an exception: the original call, where it stands
             unless_raised = ast.If(
@@ -202,10 +207,26 @@ class _Plan:
         body = [rebuilt, ast.Expr(call)] if self.parameters else [ast.Expr(call)]
         return make_function(name, [], body, [decorator], vararg=tokens)
 
-    def tracing_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
-        """Capture the values in source order and call the deferred function with them."""
+    def tracing_path(
+        self, function_name: str, fresh_name: Callable[[str], str], site: ast.stmt
+    ) -> list[ast.stmt]:
+        """Capture the values in source order and call the deferred function with them;
+        ``site``, the original call, where the copies would make a graph of their own
+        (see :func:`graphmend.runtime.deferral.defers_here`)."""
         if self.checked_first():
             return self._checked_path(function_name, fresh_name)
+        statements = self._captured_one_by_one(function_name, fresh_name)
+        in_place = ast.If(
+            test=ast.UnaryOp(op=ast.Not(), operand=runtime_call("graph_started")),
+            body=[copy.deepcopy(site)],
+            orelse=statements,
+        )
+        return [locate(in_place, site)]  # type: ignore[list-item]
+
+    def _captured_one_by_one(
+        self, function_name: str, fresh_name: Callable[[str], str]
+    ) -> list[ast.stmt]:
+        """Each value captured where the original evaluates it."""
         statements: list[ast.stmt] = []
         captured: list[ast.expr] = []
         # An argument is consumed at the call, after every later value was
@@ -233,23 +254,28 @@ class _Plan:
         return not early or all(_inert(value.expr) for value in self.values[early[0] + 1 :])
 
     def _checked_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
-        """Evaluate the values, then ask whether TorchDynamo can carry them all before any
-        is copied: where one is refused, the call keeps its break with no copy made (an
-        operation the original, breaking at the call, does not have)."""
+        """Evaluate the values, then ask whether TorchDynamo can carry them all, and
+        whether their copies fit in the graph, before any is copied: where not, the call
+        keeps its break with no copy made (an operation the original, breaking at the
+        call, does not have)."""
         statements: list[ast.stmt] = []
         names = []
         for value in self.values:
             names.append(fresh_name("arg"))
             statements.append(ast.Assign(targets=[store(names[-1])], value=value.expr))
         carried = fresh_name("carried")
-        check: ast.expr = runtime_call("carriable", *[load(name) for name in names])
+        checks = [
+            runtime_call("carriable", *[load(name) for name in names]),
+            runtime_call("defers_here", *[load(name) for name in names]),
+        ]
         if self.keyed_on_arguments:
             passed = [
                 load(name)
                 for name, value in zip(names, self.values, strict=True)
                 if value.consumed_at_call
             ]
-            check = ast.BoolOp(op=ast.And(), values=[check, runtime_call("tensor_free", *passed)])
+            checks.append(runtime_call("tensor_free", *passed))
+        check = ast.BoolOp(op=ast.And(), values=checks)
         statements.append(ast.Assign(targets=[store(carried)], value=check))
         captured = [
             ast.Starred(value=runtime_call("capture", load(name), load(carried)), ctx=ast.Load())

@@ -35,6 +35,8 @@ import torch
 
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
+from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
@@ -203,6 +205,57 @@ def _inputs_updated(graph: Any) -> bool:
         if isinstance(value, torch.Tensor) and value._version > 0:
             return True
     return False
+
+
+def defers_here(*values: Any) -> bool:
+    """Whether a call of ``values`` may wait for the end of the graph being traced
+    without making a graph plain ``torch.compile`` does not (asked while tracing).
+
+    The original call breaks the graph: what was traced before it is one graph, what
+    follows another, and either is none when it holds no operation.  Deferred, the call
+    joins the two into one, which holds the copies of its tensors (and the tensors of
+    its symbolic numbers): a graph where plain compile had none when nothing before the
+    call and nothing after it, up to the next break (a ``graph_break()``, a callee that
+    breaks), is an operation.  Such a call waits only once the graph holds an
+    operation, or when nothing can break it (``fullgraph=True``)."""
+    if not any(_copied_in_the_graph(value) for value in values):
+        return True
+    return graph_started()
+
+
+def graph_started() -> bool:
+    """:func:`defers_here` of values that may be copied in the graph (a call whose values
+    are captured one by one, before all are known): where it says no, the call keeps
+    its break, as without GraphMend, and the decline is recorded."""
+    if ask_tracer(_graph_holds_an_operation, True):
+        return True
+    declined(
+        "defer",
+        "nothing traced before it is in the graph yet: the copies of its values would make "
+        "a graph where plain compile, breaking at the call, may have none",
+    )
+    return False
+
+
+def _copied_in_the_graph(value: Any) -> bool:
+    """Whether :func:`capture` of ``value`` puts an operation into the graph."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if type(value) in (int, float):
+        return held_while_tracing(value) != "constant"
+    if type(value) in _SEQUENCES:
+        return any(_copied_in_the_graph(item) for item in value)
+    return False
+
+
+def _graph_holds_an_operation(tracer: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`defers_here`."""
+    if getattr(tracer, "one_graph", False) or getattr(tracer, "error_on_graph_break", False):
+        return True  # no break can split the graph: one graph either way
+    output = tracer.output
+    if getattr(output, "current_tracer", None) is not getattr(output, "root_tracer", None):
+        return True  # inside a higher-order operator's body (torch.cond), which never breaks
+    return any(node.op.startswith("call") for node in output.graph.nodes)
 
 
 def warnings_may_raise() -> bool:
