@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
 from graphmend.config import ALL_REWRITES
 from graphmend.findings import Decision
@@ -71,6 +72,13 @@ def rebound(x):
     flags = x > 0
     return y.sum(), (2 if flags[0] else 3)
 
+def symbolic_index(x):
+    flags = torch.tensor([True, False, True, False, True, False, True, False, True, False])
+    y = x * 2
+    if flags[x.shape[0] - 2]:
+        y = y + 1
+    return y
+
 def out_of_range(x):
     y = x * 2
     flags = torch.tensor([True])
@@ -137,6 +145,23 @@ def test_items_not_known_from_the_values_keep_the_branch(modules, name):
     assert after == before
     assert before[1] == ["generic_jump TensorVariable()"]
     assert getattr(mended, name)(x) == getattr(plain, name)(x)
+
+
+def test_a_symbolic_index_is_not_pinned(modules):
+    # x.shape[0] - 2 turns symbolic at the second size: looking the item up in the
+    # values pinned it, and the frame compiled again for every size (8 graphs against
+    # plain's 3, then ran eagerly past the recompile limit)
+    plain, mended = modules
+    graphs = {}
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.symbolic_index, backend=counter)
+        for size in range(3, 12):
+            x = torch.randn(size)
+            assert torch.equal(compiled(x), plain.symbolic_index(x))
+        graphs[module] = counter.frame_count
+    assert graphs[mended] <= graphs[plain]
 
 
 def test_an_index_out_of_range_raises_as_before(modules):

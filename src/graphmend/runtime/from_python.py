@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from graphmend.runtime import deferral
+from graphmend.runtime.formatting import known_while_tracing
 from graphmend.runtime.tracing import tracing
 
 
@@ -15,7 +16,9 @@ def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     """``tensor[index]``; while tracing, ``values[index]`` where its truth is the item's
     for certain: ``tensor`` is ``made`` (``torch.tensor(values)``, which the rewrite
     checked nothing can update), one-dimensional, made of ``bool`` values only (a new
-    list or tuple, which nothing else holds), and ``index`` an ``int`` in range.  Only
+    list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
+    TorchDynamo holds as a constant (a symbolic one, ``x.shape[0] - 2``, would be
+    pinned by the lookup: a graph for every size, where the original broke).  Only
     where TorchDynamo runs :func:`mark_static_address` after the graph: the original
     broke the graph before the code that calls it, which TorchDynamo refuses to trace."""
     if tracing() and deferral.reordering() and _known(tensor, index, made, values):
@@ -32,6 +35,7 @@ def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
         and len(values) == made.shape[0]
         and all(type(value) is bool for value in values)
         and type(index) is int
+        and known_while_tracing(index)
         and -len(values) <= index < len(values)
     )
 
