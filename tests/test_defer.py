@@ -586,3 +586,50 @@ def test_a_call_first_in_its_graph_is_deferred_under_fullgraph(load_rewritten, c
     compiled = compile_and_run(module.f, x, fullgraph=True)
     assert compiled.graphs == 1
     assert capsys.readouterr().out == "input tensor([0., 0.])\n"
+
+
+OUTPUT_BEFORE_A_TRACING_ERROR = """
+import logging
+import torch
+
+logger = logging.getLogger("gm.test.tracing_error")
+
+def shapes(x, w):
+    y = x * 2
+    print("shapes", y.shape, w.shape, y)
+    return y @ w
+
+def logged(x, w):
+    y = x * 2
+    logger.warning("viewing %s", y)
+    return y.view(7, -1)
+
+def report(y):
+    print("inner", y)
+    return y + 1
+
+def inlined(x, w):
+    y = report(x * 2)
+    return y[5] + w
+"""
+
+
+@pytest.mark.parametrize("name", ["shapes", "logged", "inlined"])
+def test_output_before_an_error_found_while_tracing_appears(load_both, capsys, caplog, name):
+    # The error (shapes that cannot multiply, an index out of range) is raised while
+    # TorchDynamo traces, and there is no graph: the deferred call never ran, where
+    # plain compile, breaking at the call, printed before the error.
+    plain, mended = load_both(OUTPUT_BEFORE_A_TRACING_ERROR)
+
+    def observe(module):
+        torch._dynamo.reset()
+        compiled = torch.compile(getattr(module, name), backend="eager")
+        with pytest.raises(Exception) as raised:
+            compiled(torch.ones(2, 3), torch.ones(4, 5))
+        ours = [r.getMessage() for r in caplog.records if r.name == "gm.test.tracing_error"]
+        caplog.clear()
+        return (capsys.readouterr().out, ours), type(raised.value)
+
+    expected = observe(plain)
+    assert expected[0] != ("", [])
+    assert observe(mended) == expected

@@ -36,6 +36,7 @@ import torch
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.attempts import open_site, opened_site
 from graphmend.runtime.fallbacks import declined
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
 from graphmend.runtime.tracing import dynamo_traces
@@ -47,6 +48,8 @@ _deferred_functions: list[Callable[..., None]] = []
 _enabled = False
 
 _INT64 = (-(2**63), 2**63)
+#: The attribute of the ``OutputGraph`` being traced that lists the sites deferred in it.
+_DEFERRED_SITES = "graphmend_deferred_sites"
 _SEQUENCES: dict[type, str] = {tuple: "tuple", list: "list", torch.Size: "size"}
 #: Filled from TorchDynamo's own list once it is imported (see _learn_constant_types).
 _CONSTANT_TYPES: dict[type, None] = dict.fromkeys((int, float, bool, str, type(None)))
@@ -209,7 +212,7 @@ def _inputs_updated(graph: Any) -> bool:
 
 def defers_here(*values: Any) -> bool:
     """Whether a call of ``values`` may wait for the end of the graph being traced
-    without making a graph plain ``torch.compile`` does not (asked while tracing).
+    (asked while tracing; False: the call keeps its break, as without GraphMend).
 
     The original call breaks the graph: what was traced before it is one graph, what
     follows another, and either is none when it holds no operation.  Deferred, the call
@@ -217,24 +220,42 @@ def defers_here(*values: Any) -> bool:
     its symbolic numbers): a graph where plain compile had none when nothing before the
     call and nothing after it, up to the next break (a ``graph_break()``, a callee that
     breaks), is an operation.  Such a call waits only once the graph holds an
-    operation, or when nothing can break it (``fullgraph=True``)."""
-    if not any(_copied_in_the_graph(value) for value in values):
-        return True
-    return graph_started()
+    operation, or when nothing can break it (``fullgraph=True``).  See also
+    :func:`keep_break_before_failed_trace`."""
+    return _may_defer(any(_copied_in_the_graph(value) for value in values))
 
 
 def graph_started() -> bool:
-    """:func:`defers_here` of values that may be copied in the graph (a call whose values
-    are captured one by one, before all are known): where it says no, the call keeps
-    its break, as without GraphMend, and the decline is recorded."""
-    if ask_tracer(_graph_holds_an_operation, True):
-        return True
-    declined(
-        "defer",
-        "nothing traced before it is in the graph yet: the copies of its values would make "
-        "a graph where plain compile, breaking at the call, may have none",
-    )
-    return False
+    """:func:`defers_here` of values not known yet (a call whose values are captured one
+    by one, where the original evaluates them): taken to be copied in the graph."""
+    return _may_defer(copies=True)
+
+
+def _may_defer(copies: bool) -> bool:
+    if open_site("defer") is not None:
+        return False  # an earlier analysis of this compile found that it must not wait
+    if copies and not ask_tracer(_graph_holds_an_operation, True):
+        declined(
+            "defer",
+            "nothing traced before it is in the graph yet: the copies of its values would "
+            "make a graph where plain compile, breaking at the call, may have none",
+        )
+        return False
+    ask_tracer(_note_deferred, None)
+    return True
+
+
+def _note_deferred(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`_may_defer`: list the site it opened on the
+    graph being traced, for :func:`keep_break_before_failed_trace`."""
+    site = opened_site(tracer)
+    if site is None:
+        return
+    sites = getattr(tracer.output, _DEFERRED_SITES, None)
+    if sites is None:
+        sites = []
+        setattr(tracer.output, _DEFERRED_SITES, sites)
+    sites.append(site)
 
 
 def _copied_in_the_graph(value: Any) -> bool:
@@ -246,6 +267,29 @@ def _copied_in_the_graph(value: Any) -> bool:
     if type(value) in _SEQUENCES:
         return any(_copied_in_the_graph(item) for item in value)
     return False
+
+
+def keep_break_before_failed_trace(root: Any, error: BaseException) -> None:
+    """Called with the error that ends the tracing of the frame ``root`` (its translator)
+    and will reach the caller (a shape mismatch found on fake tensors, an index out of
+    range): restart the analysis, the first call deferred in it keeping its break.
+
+    Deferred calls run after the graph, and there is no graph: the output, which the
+    original makes before the error (it broke the graph at the call), never appeared.
+    Kept, the call breaks the graph and runs, and the error is raised by the tracing of
+    the rest, as without GraphMend.  Not under ``fullgraph=True``, where the break would
+    fail the compile all the same, before the output."""
+    from torch._dynamo import exc
+
+    if isinstance(error, exc.RestartAnalysis | exc.SkipFrame | exc.Unsupported):
+        return  # TorchDynamo's own control flow, or a break it handles
+    for site in getattr(getattr(root, "output", None), _DEFERRED_SITES, ()):
+        if not site.one_graph and site.kept_break() is None:
+            site.keep_break(
+                f"tracing failed after it ({type(error).__name__}): the output must appear "
+                "before the error"
+            )
+            return
 
 
 def _graph_holds_an_operation(tracer: Any) -> bool:
@@ -321,6 +365,7 @@ def _enable(_dynamo: object = None) -> None:
         # Unregistered, a generated function is an ordinary function that makes
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
+    dynamo_support.on_failed_trace(keep_break_before_failed_trace)
     _enabled = True
     # what the generated functions call, and what render calls (under dynamic=True a
     # float TorchDynamo made symbolic made a graph of a helper's own frame)
