@@ -633,3 +633,27 @@ def test_output_before_an_error_found_while_tracing_appears(load_both, capsys, c
     expected = observe(plain)
     assert expected[0] != ("", [])
     assert observe(mended) == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a deferred call runs after its graph, and an operation of the graph that "
+    "raises when it runs (an index out of range in the kernel) ends the call first: the "
+    "output plain compile makes before the error is lost",
+)
+def test_output_before_an_error_raised_by_the_graph_appears(load_both, capsys):
+    plain, mended = load_both("""
+        import torch
+        def f(x, index):
+            y = x * 2
+            print("y", y)
+            return y[index] + 1
+    """)
+    outputs = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend="eager")
+        with pytest.raises(IndexError):
+            compiled(torch.arange(3.0), torch.tensor([5]))
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1] == outputs[0] == "y tensor([0., 2., 4.])\n"
