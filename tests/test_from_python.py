@@ -79,6 +79,25 @@ def symbolic_index(x):
         y = y + 1
     return y
 
+class Touched:
+    def __init__(self, through):
+        self.flags = torch.tensor([True, False])
+        if through == "property":
+            self.touch
+        else:
+            self + 1
+        self.size = 2 if self.flags[0] else 3
+
+    @property
+    def touch(self):
+        self.flags.logical_not_()
+
+    def __add__(self, other):
+        self.flags.logical_not_()
+
+def touched(x, through):
+    return x * Touched(through).size
+
 def out_of_range(x):
     y = x * 2
     flags = torch.tensor([True])
@@ -162,6 +181,18 @@ def test_a_symbolic_index_is_not_pinned(modules):
             assert torch.equal(compiled(x), plain.symbolic_index(x))
         graphs[module] = counter.frame_count
     assert graphs[mended] <= graphs[plain]
+
+
+@pytest.mark.parametrize("through", ["property", "operator"])
+def test_a_tensor_updated_through_code_the_rewrite_cannot_see(modules, through):
+    # self.touch (a property) and self + 1 (__add__) updated self.flags in place: the
+    # item was decided from the values it was made of, and the size was wrong
+    plain, mended = modules
+    x = torch.ones(2)
+    expected = plain.touched(x, through)
+    assert torch.equal(expected, x * 3)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(mended.touched, backend="eager")(x, through), expected)
 
 
 def test_an_index_out_of_range_raises_as_before(modules):
