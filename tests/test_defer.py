@@ -657,3 +657,57 @@ def test_output_before_an_error_raised_by_the_graph_appears(load_both, capsys):
             compiled(torch.arange(3.0), torch.tensor([5]))
         outputs.append(capsys.readouterr().out)
     assert outputs[1] == outputs[0] == "y tensor([0., 2., 4.])\n"
+
+
+FORMATS_THAT_RAISE = """
+import torch
+
+def field(x, out):
+    y = x * 2
+    print(f"y={y:.3f}")
+    out.add_(1)
+    return y
+
+def percent(x, out):
+    y = x * 2
+    print("y=%x" % (y.sum(),))
+    out.add_(1)
+    return y
+
+def method(x, out):
+    y = x * 2
+    print("y={:d} {k}".format(y, k=1))
+    out.add_(1)
+    return y
+
+def fine(x, out):
+    y = x * 2
+    print(f"{y.sum():.3f} {y!r:>5}", "%d %s" % (y.sum(), y), "{:.1f}".format(y.mean()))
+    out.add_(1)
+    return y
+"""
+
+
+@pytest.mark.parametrize("name", ["field", "percent", "method"])
+def test_a_value_that_cannot_take_its_format_raises_where_it_stands(load_both, name):
+    # f"{y:.3f}" of three elements, "%x" of a float, "{:d}" of a tensor raise: formatted
+    # after the graph, they raised once the graph had updated `out` in place
+    plain, mended = load_both(FORMATS_THAT_RAISE)
+    outcomes = []
+    for function in (getattr(plain, name), getattr(mended, name)):
+        torch._dynamo.reset()
+        out = torch.zeros(2)
+        with pytest.raises((TypeError, ValueError)) as raised:
+            torch.compile(function, backend="eager")(torch.arange(3.0), out)
+        outcomes.append((type(raised.value), out.tolist()))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0][1] == [0.0, 0.0]
+
+
+def test_values_that_take_their_formats_are_deferred(load_both, capsys):
+    plain, mended = load_both(FORMATS_THAT_RAISE)
+    plain.fine(torch.arange(3.0), torch.zeros(2))
+    expected = capsys.readouterr().out
+    compiled = compile_and_run(mended.fine, torch.arange(3.0), torch.zeros(2), fullgraph=True)
+    assert compiled.graphs == 1
+    assert capsys.readouterr().out == expected

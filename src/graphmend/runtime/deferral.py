@@ -320,6 +320,82 @@ def _changes_existing_objects(side_effects: Any) -> bool:
     return False
 
 
+def formattable(template: str, kind: str, names: tuple[str, ...], *values: Any) -> bool:
+    """Whether formatting ``values`` with ``template`` cannot raise after the graph where
+    it did not at the call (asked while tracing; False: the call keeps its break, and
+    raises where it stands).  ``kind``: ``"field"``, one f-string field
+    (``template.format(value)``, ``"{:.3f}"``); ``"format"``, ``template.format(...)``
+    with the values, the last ``len(names)`` of them by those keywords; ``"%"`` and
+    ``"%tuple"``, ``template % value`` and ``template % (values...)``.
+
+    Formatted after the graph, a value that cannot take its format (``f"{y:.3f}"`` of a
+    tensor of three elements, ``"%x" % t`` of a float tensor) raised there, once the
+    graph had updated its inputs in place.  The check formats stand-ins with the values'
+    behaviour: a constant itself, a number of the item's type for a tensor that formats
+    as its item, an object that refuses any format spec and any conversion to a number
+    otherwise."""
+    return bool(ask_tracer(_formats_alike, True, template, kind, names, *values))
+
+
+def _formats_alike(_tracer: Any, template: Any, kind: Any, names: Any, *values: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`formattable`."""
+    try:
+        template, kind, names = (v.as_python_constant() for v in (template, kind, names))
+        numeric = kind.startswith("%")
+        stand_ins = [_stand_in(value, numeric=numeric) for value in values]
+    except (AttributeError, KeyError, NotImplementedError, TypeError):
+        return False
+    positional = stand_ins[: len(stand_ins) - len(names)]
+    keywords = dict(zip(names, stand_ins[len(positional) :], strict=True))
+    try:
+        if kind == "%":
+            template % stand_ins[0]
+        elif kind == "%tuple":
+            template % tuple(stand_ins)
+        else:
+            template.format(*positional, **keywords)
+    except Exception:  # whatever formatting the values would raise
+        return False
+    return True
+
+
+class _Unformattable:
+    """A tensor's stand-in where formatting refuses a spec, and numbers refuse it."""
+
+    def __format__(self, spec: str) -> str:
+        return object.__format__(self, spec)
+
+    def __repr__(self) -> str:
+        return "tensor"
+
+
+def _stand_in(variable: Any, *, numeric: bool) -> Any:
+    """What formats as the value of ``variable`` does (a TorchDynamo variable): its
+    constant, a number of its type, or for a tensor (``numeric``: by ``%``, which asks
+    for a number; else by ``format``, which wants a 0-d plain tensor) its item's type."""
+    if variable.is_python_constant():
+        try:
+            return variable.as_python_constant()
+        except NotImplementedError:
+            pass
+    kind = variable.python_type()
+    if kind in (int, float, bool):
+        return kind()  # a symbolic number
+    if not issubclass(kind, torch.Tensor):
+        return _Unformattable()
+    fake = variable.as_proxy().node.meta.get("example_value")
+    if not isinstance(fake, torch.Tensor):
+        return _Unformattable()
+    as_item = fake.numel() == 1 if numeric else (fake.dim() == 0 and kind is torch.Tensor)
+    if not as_item:
+        return _Unformattable()
+    if fake.is_complex():
+        return 0j
+    if fake.is_floating_point():
+        return 0.0
+    return False if fake.dtype == torch.bool else 0
+
+
 def render(value: Any, conversion: int, spec: str) -> str:
     """A replacement field of an f-string, formatted after the graph."""
     return format_now(value, conversion, spec)
