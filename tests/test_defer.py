@@ -711,3 +711,36 @@ def test_values_that_take_their_formats_are_deferred(load_both, capsys):
     compiled = compile_and_run(mended.fine, torch.arange(3.0), torch.zeros(2), fullgraph=True)
     assert compiled.graphs == 1
     assert capsys.readouterr().out == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a deferred call's own effects (a logging handler appending to a list) happen "
+    "after the graph: code after the call in the same graph reads the state before them",
+)
+def test_state_a_handler_changes_is_read_after_the_call(load_both):
+    plain, mended = load_both("""
+        import logging
+        import torch
+
+        logger = logging.getLogger("gm.test.handler_state")
+        seen = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                seen.append(record.getMessage())
+
+        logger.addHandler(Keep())
+        logger.propagate = False
+
+        def f(x):
+            y = x * 2
+            logger.warning("y %s", y)
+            return y, len(seen)
+    """)
+    counts = []
+    for module in (plain, mended):
+        module.seen.clear()
+        torch._dynamo.reset()
+        counts.append(torch.compile(module.f, backend="eager")(torch.ones(2))[1])
+    assert counts[1] == counts[0] == 1
