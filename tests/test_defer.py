@@ -396,6 +396,39 @@ def findings_for(source: str):
             """,
             "format spec computed at run time",
         ),
+        (
+            # sep=3 raises TypeError: after the graph, once the graph had run
+            """
+            import torch
+            def f(x):
+                print(x * 2, sep=3)
+            """,
+            "sep= may not be text",
+        ),
+        (
+            """
+            import torch
+            def f(x, end):
+                print(x * 2, end=end)
+            """,
+            "end= may not be text",
+        ),
+        (
+            """
+            import torch, warnings
+            def f(x):
+                warnings.warn(f"{x * 2}", 5)
+            """,
+            "not a class of warnings",
+        ),
+        (
+            """
+            import torch, warnings
+            def f(x):
+                warnings.warn(f"{x * 2}", category=ValueError)
+            """,
+            "not a class of warnings",
+        ),
     ],
 )
 def test_declined_sites_say_why(source, reason):

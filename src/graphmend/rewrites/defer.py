@@ -408,6 +408,7 @@ class _Planner:
 
     def _check_keywords(self) -> None:
         keywords = {keyword.arg: keyword.value for keyword in self.call.keywords}
+        self._check_raising_arguments(keywords)
         if self.found.kind is OutputKind.LOGGER:
             for flag in _FLAG_KEYWORDS & keywords.keys():
                 value = keywords[flag]
@@ -428,6 +429,37 @@ class _Planner:
             raise Decline(
                 "stacklevel other than 1 names a caller's frame, which is gone after the graph"
             )
+
+    def _check_raising_arguments(self, keywords: dict[str | None, ast.expr]) -> None:
+        """Decline a call that an argument may make raise: made after the graph, it would
+        raise once the graph has run (and updated its inputs), not where it stands.
+        ``print``'s ``sep`` and ``end`` must be text or None; ``warnings.warn``'s category
+        a class of warnings (or None)."""
+        if self.found.kind is OutputKind.PRINT:
+            for name in ("sep", "end"):
+                value = keywords.get(name)
+                if value is not None and not (
+                    isinstance(value, ast.Constant) and isinstance(value.value, str | None)
+                ):
+                    raise Decline(f"print()'s {name}= may not be text, and print() then raises")
+        if self.found.kind is OutputKind.WARNING:
+            category = keywords.get("category")
+            if category is None and len(self.call.args) >= 2:
+                category = self.call.args[1]
+            if category is not None and not self._may_be_warning_class(category):
+                raise Decline("the category is not a class of warnings, and warn() then raises")
+
+    def _may_be_warning_class(self, expr: ast.expr) -> bool:
+        """Whether ``expr`` may be a class of warnings: None, a builtin warning class, or
+        any other name (a module's own class, which warn() checks after the graph)."""
+        if isinstance(expr, ast.Constant):
+            return expr.value is None
+        if isinstance(expr, ast.Name) and self.scopes.resolve(expr.id, self.functions) is (
+            Resolution.BUILTIN
+        ):
+            builtin = interpreter_builtin(expr.id)
+            return isinstance(builtin, type) and issubclass(builtin, Warning)
+        return True
 
     def _parameter(self, value: _Value) -> ast.Name:
         self.values.append(value)
