@@ -607,6 +607,24 @@ def test_copies_make_no_graph_plain_compile_does_not(load_both, capsys, caplog, 
     assert (capsys.readouterr().out, caplog.messages) == plain_output
 
 
+def test_a_call_first_in_its_graph_followed_by_operations_is_deferred(load_both, capsys):
+    # its copies are checked to be no graph of their own only when the graph is compiled
+    source = """
+        import torch
+        def f(x):
+            print("input", x)
+            y = x * 2
+            torch._dynamo.graph_break()
+            return y + 1
+    """
+    plain, mended = load_both(source)
+    expected = compile_and_run(plain.f, torch.zeros(2))
+    plain_output = capsys.readouterr().out
+    compiled = compile_and_run(mended.f, torch.zeros(2))
+    assert (compiled.graphs, compiled.breaks) == (2, 1) < (expected.graphs, expected.breaks)
+    assert capsys.readouterr().out == plain_output == "input tensor([0., 0.])\n"
+
+
 def test_a_call_first_in_its_graph_is_deferred_under_fullgraph(load_rewritten, capsys):
     module = load_rewritten("""
         import torch

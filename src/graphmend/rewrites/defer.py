@@ -30,8 +30,7 @@ change before the graph ends (modules, classes, functions, builtins,
 ``sys.stdout``/``sys.stderr``) are evaluated in the deferred function; anything
 TorchDynamo cannot carry out of the graph makes it keep the original call,
 with the original graph break.  So does a call whose copies would make a graph
-where plain compile has none (``defers_here``: nothing before the call is in the
-graph yet, and a break may follow it before anything else is).
+where plain compile has none (``defers_here``: a graph of nothing but copies).
 """
 
 from __future__ import annotations

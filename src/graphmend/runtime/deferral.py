@@ -26,6 +26,7 @@ that importing a rewritten module never imports it.
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -36,8 +37,7 @@ import torch
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.attempts import open_site, opened_site
-from graphmend.runtime.fallbacks import declined
+from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
@@ -219,9 +219,10 @@ def defers_here(*values: Any) -> bool:
     joins the two into one, which holds the copies of its tensors (and the tensors of
     its symbolic numbers): a graph where plain compile had none when nothing before the
     call and nothing after it, up to the next break (a ``graph_break()``, a callee that
-    breaks), is an operation.  Such a call waits only once the graph holds an
-    operation, or when nothing can break it (``fullgraph=True``).  See also
-    :func:`keep_break_before_failed_trace`."""
+    breaks, the end of the frame), is an operation.  Where the graph holds no operation
+    yet (and a break can split it: not under ``fullgraph=True``), it is checked before
+    it is compiled: if it holds nothing but copies, the analysis restarts with the call
+    keeping its break.  See also :func:`keep_break_before_failed_trace`."""
     return _may_defer(any(_copied_in_the_graph(value) for value in values))
 
 
@@ -234,15 +235,36 @@ def graph_started() -> bool:
 def _may_defer(copies: bool) -> bool:
     if open_site("defer") is not None:
         return False  # an earlier analysis of this compile found that it must not wait
-    if copies and not ask_tracer(_graph_holds_an_operation, True):
-        declined(
-            "defer",
-            "nothing traced before it is in the graph yet: the copies of its values would "
-            "make a graph where plain compile, breaking at the call, may have none",
-        )
-        return False
+    if copies:
+        ask_tracer(_check_more_than_copies, None)
     ask_tracer(_note_deferred, None)
     return True
+
+
+def _check_more_than_copies(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`_may_defer`: where the graph holds no
+    operation yet, check before it is compiled that it holds more than copies."""
+    site = opened_site(tracer)
+    if site is None or _graph_holds_an_operation(tracer):
+        return
+    output = tracer.output
+    check_before_compiling(output, functools.partial(_keep_break_if_only_copies, site, output))
+
+
+def _keep_break_if_only_copies(site: Any, output: Any, _results: list[Any]) -> None:
+    """Restart the analysis, the site keeping its break, if the graph about to be compiled
+    holds nothing but copies (the only operations :func:`capture` makes)."""
+    if all(_is_copy(node) for node in output.graph.nodes if node.op.startswith("call")):
+        site.keep_break(
+            "its copies would be the only operations of the graph, where plain compile, "
+            "breaking at the call, has none"
+        )
+
+
+def _is_copy(node: Any) -> bool:
+    if node.op == "call_method":
+        return node.target in ("clone", "detach")
+    return node.op == "call_function" and node.target is torch.scalar_tensor
 
 
 def _note_deferred(tracer: Any) -> None:
@@ -293,7 +315,8 @@ def keep_break_before_failed_trace(root: Any, error: BaseException) -> None:
 
 
 def _graph_holds_an_operation(tracer: Any) -> bool:
-    """Asked while TorchDynamo traces :func:`defers_here`."""
+    """Whether the graph ``tracer`` adds to holds an operation, or cannot be split by a
+    break (then one graph either way)."""
     if getattr(tracer, "one_graph", False) or getattr(tracer, "error_on_graph_break", False):
         return True  # no break can split the graph: one graph either way
     output = tracer.output
