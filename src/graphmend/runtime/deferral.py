@@ -383,10 +383,8 @@ def _formats_alike(_tracer: Any, template: Any, kind: Any, names: Any, *values: 
 
 
 class _Unformattable:
-    """A tensor's stand-in where formatting refuses a spec, and numbers refuse it."""
-
-    def __format__(self, spec: str) -> str:
-        return object.__format__(self, spec)
+    """A stand-in for a value that formats as text only: a format spec raises (as
+    ``object.__format__`` does), and so does a conversion to a number (``%d``)."""
 
     def __repr__(self) -> str:
         return "tensor"
@@ -409,7 +407,15 @@ def _stand_in(variable: Any, *, numeric: bool) -> Any:
     fake = variable.as_proxy().node.meta.get("example_value")
     if not isinstance(fake, torch.Tensor):
         return _Unformattable()
-    as_item = fake.numel() == 1 if numeric else (fake.dim() == 0 and kind is torch.Tensor)
+    from torch.fx.experimental.symbolic_shapes import statically_known_true  # while tracing
+
+    # a symbolic number of elements is not compared (a guard on the size): not known to
+    # be one, the tensor formats as text only
+    as_item = (
+        statically_known_true(fake.numel() == 1)
+        if numeric
+        else (fake.dim() == 0 and kind is torch.Tensor)
+    )
     if not as_item:
         return _Unformattable()
     if fake.is_complex():
