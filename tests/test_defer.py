@@ -396,6 +396,39 @@ def findings_for(source: str):
             """,
             "format spec computed at run time",
         ),
+        (
+            # sep=3 raises TypeError: after the graph, once the graph had run
+            """
+            import torch
+            def f(x):
+                print(x * 2, sep=3)
+            """,
+            "sep= may not be text",
+        ),
+        (
+            """
+            import torch
+            def f(x, end):
+                print(x * 2, end=end)
+            """,
+            "end= may not be text",
+        ),
+        (
+            """
+            import torch, warnings
+            def f(x):
+                warnings.warn(f"{x * 2}", 5)
+            """,
+            "not a class of warnings",
+        ),
+        (
+            """
+            import torch, warnings
+            def f(x):
+                warnings.warn(f"{x * 2}", category=ValueError)
+            """,
+            "not a class of warnings",
+        ),
     ],
 )
 def test_declined_sites_say_why(source, reason):
@@ -524,3 +557,241 @@ def test_a_warning_filtered_into_an_error_keeps_its_place(load_rewritten):
         with pytest.warns(UserWarning, match="careful"):
             result = compile_and_run(module.f, torch.ones(2), torch.zeros(2))
         assert (result.graphs, result.breaks) == (1, 0)
+
+
+COPIES_BEFORE_A_BREAK = """
+import logging
+import torch
+
+logger = logging.getLogger("gm.test.copies")
+
+def printed(x):
+    print("input", x)
+    torch._dynamo.graph_break()
+    return x + 1
+
+def logged(x):
+    logger.warning("input %s", x)
+    torch._dynamo.graph_break()
+    return x + 1
+
+def formatted(x):
+    print(f"{x.sum()} {x.max()}")
+    torch._dynamo.graph_break()
+    return x + 1
+
+def check(x):
+    if (x > 1).any():
+        raise ValueError("invalid input")
+
+def checked(x):
+    print("input", x)
+    check(x)
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize("name", ["printed", "logged", "formatted", "checked"])
+def test_copies_make_no_graph_plain_compile_does_not(load_both, capsys, caplog, name):
+    # A call first in its graph, followed by a break (a graph_break(), a callee whose
+    # guard keeps its break), broke with nothing on either side: no graph.  Deferred,
+    # the copies of its tensors made a graph of their own (2 graphs against 1).
+    plain, mended = load_both(COPIES_BEFORE_A_BREAK)
+    x = torch.zeros(3)
+    expected = compile_and_run(getattr(plain, name), x)
+    plain_output = (capsys.readouterr().out, caplog.messages[:])
+    caplog.clear()
+    compiled = compile_and_run(getattr(mended, name), x)
+    assert compiled.graphs <= expected.graphs
+    assert torch.equal(compiled.result, expected.result)
+    assert (capsys.readouterr().out, caplog.messages) == plain_output
+
+
+def test_a_call_first_in_its_graph_followed_by_operations_is_deferred(load_both, capsys):
+    # its copies are checked to be no graph of their own only when the graph is compiled
+    source = """
+        import torch
+        def f(x):
+            print("input", x)
+            y = x * 2
+            torch._dynamo.graph_break()
+            return y + 1
+    """
+    plain, mended = load_both(source)
+    expected = compile_and_run(plain.f, torch.zeros(2))
+    plain_output = capsys.readouterr().out
+    compiled = compile_and_run(mended.f, torch.zeros(2))
+    assert (compiled.graphs, compiled.breaks) == (2, 1) < (expected.graphs, expected.breaks)
+    assert capsys.readouterr().out == plain_output == "input tensor([0., 0.])\n"
+
+
+def test_a_call_first_in_its_graph_is_deferred_under_fullgraph(load_rewritten, capsys):
+    module = load_rewritten("""
+        import torch
+        def f(x):
+            print("input", x)
+            x.add_(1)
+            return x * 2
+    """)
+    x = torch.zeros(2)
+    compiled = compile_and_run(module.f, x, fullgraph=True)
+    assert compiled.graphs == 1
+    assert capsys.readouterr().out == "input tensor([0., 0.])\n"
+
+
+OUTPUT_BEFORE_A_TRACING_ERROR = """
+import logging
+import torch
+
+logger = logging.getLogger("gm.test.tracing_error")
+
+def shapes(x, w):
+    y = x * 2
+    print("shapes", y.shape, w.shape, y)
+    return y @ w
+
+def logged(x, w):
+    y = x * 2
+    logger.warning("viewing %s", y)
+    return y.view(7, -1)
+
+def report(y):
+    print("inner", y)
+    return y + 1
+
+def inlined(x, w):
+    y = report(x * 2)
+    return y[5] + w
+"""
+
+
+@pytest.mark.parametrize("name", ["shapes", "logged", "inlined"])
+def test_output_before_an_error_found_while_tracing_appears(load_both, capsys, caplog, name):
+    # The error (shapes that cannot multiply, an index out of range) is raised while
+    # TorchDynamo traces, and there is no graph: the deferred call never ran, where
+    # plain compile, breaking at the call, printed before the error.
+    plain, mended = load_both(OUTPUT_BEFORE_A_TRACING_ERROR)
+
+    def observe(module):
+        torch._dynamo.reset()
+        compiled = torch.compile(getattr(module, name), backend="eager")
+        with pytest.raises(Exception) as raised:
+            compiled(torch.ones(2, 3), torch.ones(4, 5))
+        ours = [r.getMessage() for r in caplog.records if r.name == "gm.test.tracing_error"]
+        caplog.clear()
+        return (capsys.readouterr().out, ours), type(raised.value)
+
+    expected = observe(plain)
+    assert expected[0] != ("", [])
+    assert observe(mended) == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a deferred call runs after its graph, and an operation of the graph that "
+    "raises when it runs (an index out of range in the kernel) ends the call first: the "
+    "output plain compile makes before the error is lost",
+)
+def test_output_before_an_error_raised_by_the_graph_appears(load_both, capsys):
+    plain, mended = load_both("""
+        import torch
+        def f(x, index):
+            y = x * 2
+            print("y", y)
+            return y[index] + 1
+    """)
+    outputs = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend="eager")
+        with pytest.raises(IndexError):
+            compiled(torch.arange(3.0), torch.tensor([5]))
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1] == outputs[0] == "y tensor([0., 2., 4.])\n"
+
+
+FORMATS_THAT_RAISE = """
+import torch
+
+def field(x, out):
+    y = x * 2
+    print(f"y={y:.3f}")
+    out.add_(1)
+    return y
+
+def percent(x, out):
+    y = x * 2
+    print("y=%x" % (y.sum(),))
+    out.add_(1)
+    return y
+
+def method(x, out):
+    y = x * 2
+    print("y={:d} {k}".format(y, k=1))
+    out.add_(1)
+    return y
+
+def fine(x, out):
+    y = x * 2
+    print(f"{y.sum():.3f} {y!r:>5}", "%d %s" % (y.sum(), y), "{:.1f}".format(y.mean()))
+    out.add_(1)
+    return y
+"""
+
+
+@pytest.mark.parametrize("name", ["field", "percent", "method"])
+def test_a_value_that_cannot_take_its_format_raises_where_it_stands(load_both, name):
+    # f"{y:.3f}" of three elements, "%x" of a float, "{:d}" of a tensor raise: formatted
+    # after the graph, they raised once the graph had updated `out` in place
+    plain, mended = load_both(FORMATS_THAT_RAISE)
+    outcomes = []
+    for function in (getattr(plain, name), getattr(mended, name)):
+        torch._dynamo.reset()
+        out = torch.zeros(2)
+        with pytest.raises((TypeError, ValueError)) as raised:
+            torch.compile(function, backend="eager")(torch.arange(3.0), out)
+        outcomes.append((type(raised.value), out.tolist()))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0][1] == [0.0, 0.0]
+
+
+def test_values_that_take_their_formats_are_deferred(load_both, capsys):
+    plain, mended = load_both(FORMATS_THAT_RAISE)
+    plain.fine(torch.arange(3.0), torch.zeros(2))
+    expected = capsys.readouterr().out
+    compiled = compile_and_run(mended.fine, torch.arange(3.0), torch.zeros(2), fullgraph=True)
+    assert compiled.graphs == 1
+    assert capsys.readouterr().out == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a deferred call's own effects (a logging handler appending to a list) happen "
+    "after the graph: code after the call in the same graph reads the state before them",
+)
+def test_state_a_handler_changes_is_read_after_the_call(load_both):
+    plain, mended = load_both("""
+        import logging
+        import torch
+
+        logger = logging.getLogger("gm.test.handler_state")
+        seen = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                seen.append(record.getMessage())
+
+        logger.addHandler(Keep())
+        logger.propagate = False
+
+        def f(x):
+            y = x * 2
+            logger.warning("y %s", y)
+            return y, len(seen)
+    """)
+    counts = []
+    for module in (plain, mended):
+        module.seen.clear()
+        torch._dynamo.reset()
+        counts.append(torch.compile(module.f, backend="eager")(torch.ones(2))[1])
+    assert counts[1] == counts[0] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
 from graphmend.config import ALL_REWRITES
 from graphmend.findings import Decision
@@ -71,6 +72,32 @@ def rebound(x):
     flags = x > 0
     return y.sum(), (2 if flags[0] else 3)
 
+def symbolic_index(x):
+    flags = torch.tensor([True, False, True, False, True, False, True, False, True, False])
+    y = x * 2
+    if flags[x.shape[0] - 2]:
+        y = y + 1
+    return y
+
+class Touched:
+    def __init__(self, through):
+        self.flags = torch.tensor([True, False])
+        if through == "property":
+            self.touch
+        else:
+            self + 1
+        self.size = 2 if self.flags[0] else 3
+
+    @property
+    def touch(self):
+        self.flags.logical_not_()
+
+    def __add__(self, other):
+        self.flags.logical_not_()
+
+def touched(x, through):
+    return x * Touched(through).size
+
 def out_of_range(x):
     y = x * 2
     flags = torch.tensor([True])
@@ -137,6 +164,35 @@ def test_items_not_known_from_the_values_keep_the_branch(modules, name):
     assert after == before
     assert before[1] == ["generic_jump TensorVariable()"]
     assert getattr(mended, name)(x) == getattr(plain, name)(x)
+
+
+def test_a_symbolic_index_is_not_pinned(modules):
+    # x.shape[0] - 2 turns symbolic at the second size: looking the item up in the
+    # values pinned it, and the frame compiled again for every size (8 graphs against
+    # plain's 3, then ran eagerly past the recompile limit)
+    plain, mended = modules
+    graphs = {}
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.symbolic_index, backend=counter)
+        for size in range(3, 12):
+            x = torch.randn(size)
+            assert torch.equal(compiled(x), plain.symbolic_index(x))
+        graphs[module] = counter.frame_count
+    assert graphs[mended] <= graphs[plain]
+
+
+@pytest.mark.parametrize("through", ["property", "operator"])
+def test_a_tensor_updated_through_code_the_rewrite_cannot_see(modules, through):
+    # self.touch (a property) and self + 1 (__add__) updated self.flags in place: the
+    # item was decided from the values it was made of, and the size was wrong
+    plain, mended = modules
+    x = torch.ones(2)
+    expected = plain.touched(x, through)
+    assert torch.equal(expected, x * 3)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(mended.touched, backend="eager")(x, through), expected)
 
 
 def test_an_index_out_of_range_raises_as_before(modules):

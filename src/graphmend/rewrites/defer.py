@@ -4,7 +4,10 @@ A statement such as ``logger.warning_once(f"mean {h.mean()}", stacklevel=1)``
 becomes::
 
     if _@gm_tracing():
-        _@gm_defer3(*_@gm_rt.capture(h.mean()))
+        _@gm_arg6 = h.mean()
+        _@gm_carried7 = (_@gm_rt.carriable(_@gm_arg6) and _@gm_rt.tensor_free()
+                         and _@gm_rt.defers_here(_@gm_arg6))
+        _@gm_defer3(*_@gm_rt.capture(_@gm_arg6, _@gm_carried7))
     else:
         logger.warning_once(f"mean {h.mean()}", stacklevel=1)    # untouched
 
@@ -26,7 +29,8 @@ after the graph exactly as the original would have.  Names that cannot
 change before the graph ends (modules, classes, functions, builtins,
 ``sys.stdout``/``sys.stderr``) are evaluated in the deferred function; anything
 TorchDynamo cannot carry out of the graph makes it keep the original call,
-with the original graph break.
+with the original graph break.  So does a call whose copies would make a graph
+where plain compile has none (``defers_here``: a graph of nothing but copies).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from graphmend.analysis import output_calls
 from graphmend.analysis.host_reads import HostReads
@@ -68,6 +72,33 @@ class _Value:
     #: An argument passed to the callee as it is is captured once every later
     #: value was evaluated; f-string pieces and format operands at once.
     consumed_at_call: bool = False
+    #: The format of an f-string field with a spec or a conversion (``"{!r:>8}"``),
+    #: checked while tracing (``runtime.deferral.formattable``).
+    field: str | None = None
+
+
+@dataclass
+class _FormatCheck:
+    """A ``%`` or ``str.format`` expression whose values are checked while tracing to
+    take its format (``runtime.deferral.formattable``)."""
+
+    template: str
+    kind: str  # "%", "%tuple" or "format"
+    keywords: tuple[str, ...]
+    #: Each operand: the index of a value captured, or its expression (a literal, a
+    #: static name), evaluated again for the check.
+    operands: list[int | ast.expr]
+
+    def call(self, values: list[ast.expr]) -> ast.Call:
+        """The check, given the expressions that hold the captured values."""
+        operands = [
+            values[operand] if isinstance(operand, int) else copy.deepcopy(operand)
+            for operand in self.operands
+        ]
+        names = ast.Tuple(elts=[ast.Constant(name) for name in self.keywords], ctx=ast.Load())
+        return runtime_call(
+            "formattable", ast.Constant(self.template), ast.Constant(self.kind), names, *operands
+        )
 
 
 class DeferRewrite(FunctionStatementRewriter):
@@ -127,7 +158,7 @@ class DeferRewrite(FunctionStatementRewriter):
             )  # type: ignore[arg-type]
         )
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
-        tracing_path = plan.tracing_path(function_name, self.module.fresh_name)
+        tracing_path = plan.tracing_path(function_name, self.module.fresh_name, statement)
         if found.kind is OutputKind.WARNING:
             # a filter that makes it an exception: the original call, where it stands
             unless_raised = ast.If(
@@ -185,6 +216,7 @@ class _Plan:
     #: The callee caches on its arguments (``warning_once``): a tensor passed to it as
     #: it is must be the original object, not a copy, so the call keeps its break.
     keyed_on_arguments: bool = False
+    format_checks: list[_FormatCheck] = field(default_factory=list)
 
     def deferred_function(
         self, name: str, qualname: str, fresh_identifier: Callable[[str], str]
@@ -202,10 +234,30 @@ class _Plan:
         body = [rebuilt, ast.Expr(call)] if self.parameters else [ast.Expr(call)]
         return make_function(name, [], body, [decorator], vararg=tokens)
 
-    def tracing_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
-        """Capture the values in source order and call the deferred function with them."""
+    def tracing_path(
+        self, function_name: str, fresh_name: Callable[[str], str], site: ast.stmt
+    ) -> list[ast.stmt]:
+        """Capture the values in source order and call the deferred function with them;
+        ``site``, the original call, where the copies would make a graph of their own
+        (see :func:`graphmend.runtime.deferral.defers_here`)."""
         if self.checked_first():
             return self._checked_path(function_name, fresh_name)
+        statements = self._captured_one_by_one(function_name, fresh_name)
+        in_place = ast.If(
+            test=ast.UnaryOp(op=ast.Not(), operand=runtime_call("graph_started")),
+            body=[copy.deepcopy(site)],
+            orelse=statements,
+        )
+        return [locate(in_place, site)]  # type: ignore[list-item]
+
+    def _captured_one_by_one(
+        self, function_name: str, fresh_name: Callable[[str], str]
+    ) -> list[ast.stmt]:
+        """Each value captured where the original evaluates it; a value a format check
+        needs is bound to a name as it is captured, and each check is made where the last
+        value it needs is captured (that value is not carried where it fails)."""
+        held = [fresh_name("held") for _ in self.values]
+        checks = self._format_checks([load(name) for name in held])
         statements: list[ast.stmt] = []
         captured: list[ast.expr] = []
         # An argument is consumed at the call, after every later value was
@@ -214,7 +266,7 @@ class _Plan:
         for index, value in enumerate(self.values):
             expr = value.expr
             if not value.consumed_at_call:
-                expr = runtime_call("capture", expr)
+                expr = self._capture_checked(index, held[index], checks)
             if needs_temporaries and index < len(self.values) - 1:
                 temporary = fresh_name("arg")
                 statements.append(ast.Assign(targets=[store(temporary)], value=expr))
@@ -226,6 +278,28 @@ class _Plan:
         statements.append(ast.Expr(call))
         return statements
 
+    def _capture_checked(
+        self, index: int, held: str, checks: list[tuple[ast.expr, int]]
+    ) -> ast.expr:
+        """``capture(value)``; ``capture((held := value), <checks due>)`` for a value a
+        format check needs: bound for the checks, and not carried where one made once it
+        is captured (the last value it needs) fails."""
+        value = self.values[index]
+        if not self._needed(index):
+            return runtime_call("capture", value.expr)
+        bound = ast.NamedExpr(target=store(held), value=value.expr)
+        due = [check for check, last in checks if last == index]
+        if not due:
+            return runtime_call("capture", bound)
+        carried = due[0] if len(due) == 1 else ast.BoolOp(op=ast.And(), values=due)
+        return runtime_call("capture", bound, carried)
+
+    def _needed(self, index: int) -> bool:
+        """Whether a format check needs the value at ``index``."""
+        return self.values[index].field is not None or any(
+            index in check.operands for check in self.format_checks
+        )
+
     def checked_first(self) -> bool:
         """Whether every value may be evaluated before any is captured: nothing evaluated
         after a value captured at once (an f-string piece) can change it."""
@@ -233,23 +307,30 @@ class _Plan:
         return not early or all(_inert(value.expr) for value in self.values[early[0] + 1 :])
 
     def _checked_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
-        """Evaluate the values, then ask whether TorchDynamo can carry them all before any
-        is copied: where one is refused, the call keeps its break with no copy made (an
-        operation the original, breaking at the call, does not have)."""
+        """Evaluate the values, then ask whether TorchDynamo can carry them all, and
+        whether their copies fit in the graph, before any is copied: where not, the call
+        keeps its break with no copy made (an operation the original, breaking at the
+        call, does not have)."""
         statements: list[ast.stmt] = []
         names = []
         for value in self.values:
             names.append(fresh_name("arg"))
             statements.append(ast.Assign(targets=[store(names[-1])], value=value.expr))
         carried = fresh_name("carried")
-        check: ast.expr = runtime_call("carriable", *[load(name) for name in names])
+        checks = [
+            runtime_call("carriable", *[load(name) for name in names]),
+            *(check for check, _ in self._format_checks([load(name) for name in names])),
+        ]
         if self.keyed_on_arguments:
             passed = [
                 load(name)
                 for name, value in zip(names, self.values, strict=True)
                 if value.consumed_at_call
             ]
-            check = ast.BoolOp(op=ast.And(), values=[check, runtime_call("tensor_free", *passed)])
+            checks.append(runtime_call("tensor_free", *passed))
+        # last: it notes the call as deferred (see deferral.keep_break_before_failed_trace)
+        checks.append(runtime_call("defers_here", *[load(name) for name in names]))
+        check = ast.BoolOp(op=ast.And(), values=checks)
         statements.append(ast.Assign(targets=[store(carried)], value=check))
         captured = [
             ast.Starred(value=runtime_call("capture", load(name), load(carried)), ctx=ast.Load())
@@ -258,6 +339,19 @@ class _Plan:
         call = ast.Call(func=load(function_name), args=captured, keywords=[])
         statements.append(ast.Expr(call))
         return statements
+
+    def _format_checks(self, values: list[ast.expr]) -> list[tuple[ast.expr, int]]:
+        """The checks that the values, held by ``values``, take their formats, each with
+        the index of the last value it needs."""
+        checks = [
+            (_field_check(value.field, held), index)
+            for index, (value, held) in enumerate(zip(self.values, values, strict=True))
+            if value.field is not None
+        ]
+        for check in self.format_checks:
+            last = max(operand for operand in check.operands if isinstance(operand, int))
+            checks.append((check.call(values), last))
+        return checks
 
     def describe(self, found: OutputCall) -> str:
         what = {
@@ -280,6 +374,7 @@ class _Planner:
         self.call = call
         self.values: list[_Value] = []
         self.parameters: list[str] = []
+        self.format_checks: list[_FormatCheck] = []
         self.fresh_identifier = rewriter.module.fresh_identifier
 
     def plan(self) -> _Plan:
@@ -301,6 +396,7 @@ class _Planner:
             values=self.values,
             parameters=self.parameters,
             keyed_on_arguments=self.found.method.endswith("_once"),
+            format_checks=self.format_checks,
         )
         if plan.keyed_on_arguments and not plan.checked_first():
             raise Decline(
@@ -311,6 +407,7 @@ class _Planner:
 
     def _check_keywords(self) -> None:
         keywords = {keyword.arg: keyword.value for keyword in self.call.keywords}
+        self._check_raising_arguments(keywords)
         if self.found.kind is OutputKind.LOGGER:
             for flag in _FLAG_KEYWORDS & keywords.keys():
                 value = keywords[flag]
@@ -332,6 +429,37 @@ class _Planner:
                 "stacklevel other than 1 names a caller's frame, which is gone after the graph"
             )
 
+    def _check_raising_arguments(self, keywords: dict[str | None, ast.expr]) -> None:
+        """Decline a call that an argument may make raise: made after the graph, it would
+        raise once the graph has run (and updated its inputs), not where it stands.
+        ``print``'s ``sep`` and ``end`` must be text or None; ``warnings.warn``'s category
+        a class of warnings (or None)."""
+        if self.found.kind is OutputKind.PRINT:
+            for name in ("sep", "end"):
+                value = keywords.get(name)
+                if value is not None and not (
+                    isinstance(value, ast.Constant) and isinstance(value.value, str | None)
+                ):
+                    raise Decline(f"print()'s {name}= may not be text, and print() then raises")
+        if self.found.kind is OutputKind.WARNING:
+            category = keywords.get("category")
+            if category is None and len(self.call.args) >= 2:
+                category = self.call.args[1]
+            if category is not None and not self._may_be_warning_class(category):
+                raise Decline("the category is not a class of warnings, and warn() then raises")
+
+    def _may_be_warning_class(self, expr: ast.expr) -> bool:
+        """Whether ``expr`` may be a class of warnings: None, a builtin warning class, or
+        any other name (a module's own class, which warn() checks after the graph)."""
+        if isinstance(expr, ast.Constant):
+            return expr.value is None
+        if isinstance(expr, ast.Name) and self.scopes.resolve(expr.id, self.functions) is (
+            Resolution.BUILTIN
+        ):
+            builtin = interpreter_builtin(expr.id)
+            return isinstance(builtin, type) and issubclass(builtin, Warning)
+        return True
+
     def _parameter(self, value: _Value) -> ast.Name:
         self.values.append(value)
         self.parameters.append(self.fresh_identifier("p"))
@@ -348,11 +476,15 @@ class _Planner:
             right = expr.right
             if isinstance(right, ast.Tuple) and any(isinstance(e, ast.Starred) for e in right.elts):
                 raise Decline("*args in a %-format cannot be carried out of the graph")
+            elements = right.elts if isinstance(right, ast.Tuple) else [right]
+            lifted, refs = self._lift_operands(elements)
             operands = (
-                ast.Tuple(elts=[self._lift_operand(e) for e in right.elts], ctx=ast.Load())
+                ast.Tuple(elts=lifted, ctx=ast.Load())
                 if isinstance(right, ast.Tuple)
-                else self._lift_operand(right)
+                else lifted[0]
             )
+            kind = "%tuple" if isinstance(right, ast.Tuple) else "%"
+            self._check_format(expr.left, kind, (), refs)
             return ast.BinOp(left=copy.deepcopy(expr.left), op=ast.Mod(), right=operands)
         if _is_str_format(expr):
             assert isinstance(expr, ast.Call)
@@ -362,14 +494,40 @@ class _Planner:
                 raise Decline(
                     "*args or **kwargs in str.format() cannot be carried out of the graph"
                 )
+            args, refs = self._lift_operands(expr.args)
+            keyword_values, keyword_refs = self._lift_operands([k.value for k in expr.keywords])
+            names = tuple(str(k.arg) for k in expr.keywords)
+            self._check_format(expr.func.value, "format", names, [*refs, *keyword_refs])  # type: ignore[attr-defined]
             return ast.Call(
                 func=copy.deepcopy(expr.func),
-                args=[self._lift_operand(arg) for arg in expr.args],
+                args=args,
                 keywords=[
-                    ast.keyword(arg=k.arg, value=self._lift_operand(k.value)) for k in expr.keywords
+                    ast.keyword(arg=name, value=value)
+                    for name, value in zip(names, keyword_values, strict=True)
                 ],
             )
         return self._parameter(_Value(expr, consumed_at_call=True))
+
+    def _lift_operands(
+        self, operands: list[ast.expr]
+    ) -> tuple[list[ast.expr], list[int | ast.expr]]:
+        """Each operand lifted (:meth:`_lift_operand`), and what holds it for a format
+        check: the index of its value, or the operand itself (a literal, a static name)."""
+        lifted: list[ast.expr] = []
+        refs: list[int | ast.expr] = []
+        for operand in operands:
+            count = len(self.values)
+            lifted.append(self._lift_operand(operand))
+            refs.append(count if len(self.values) > count else operand)
+        return lifted, refs
+
+    def _check_format(
+        self, template: ast.expr, kind: str, keywords: tuple[str, ...], refs: list[int | ast.expr]
+    ) -> None:
+        """Check the values of a format expression while tracing, if any is captured."""
+        if any(isinstance(ref, int) for ref in refs):
+            assert isinstance(template, ast.Constant)
+            self.format_checks.append(_FormatCheck(template.value, kind, keywords, refs))
 
     def _lift_operand(self, expr: ast.expr) -> ast.expr:
         if _is_literal(expr) or self._is_static(expr):
@@ -382,7 +540,7 @@ class _Planner:
         spec = literal_format_spec(part.format_spec)
         if _is_literal(part.value) or self._is_static(part.value):
             return copy.deepcopy(part)
-        parameter = self._parameter(_Value(part.value))
+        parameter = self._parameter(_Value(part.value, field=_field(part.conversion, spec)))
         rendered = runtime_call(
             "render", parameter, ast.Constant(part.conversion), ast.Constant(spec)
         )
@@ -405,6 +563,25 @@ class _Planner:
             return interpreter_builtin(expr.id) is not None
         binding = self.scopes.sole_global_binding(expr.id, self.functions)
         return binding is not None and binding.kind in STATIC_KINDS
+
+
+_CONVERSION_MARKS = {-1: "", ord("s"): "!s", ord("r"): "!r", ord("a"): "!a"}
+
+
+def _field(conversion: int, spec: str) -> str | None:
+    """The format of one f-string field (``"{!r:>8}"``), or ``None`` where it cannot
+    raise (no spec, no conversion: ``str()``)."""
+    if conversion == -1 and not spec:
+        return None
+    return "{" + _CONVERSION_MARKS[conversion] + (":" + spec if spec else "") + "}"
+
+
+def _field_check(template: str, held: ast.expr) -> ast.Call:
+    """``formattable(template, "field", (), held)``."""
+    no_names = ast.Tuple(elts=[], ctx=ast.Load())
+    return runtime_call(
+        "formattable", ast.Constant(template), ast.Constant("field"), no_names, held
+    )
 
 
 def _is_literal(expr: ast.expr) -> bool:

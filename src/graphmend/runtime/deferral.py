@@ -26,6 +26,7 @@ that importing a rewritten module never imports it.
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -35,6 +36,8 @@ import torch
 
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
+from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
@@ -45,6 +48,8 @@ _deferred_functions: list[Callable[..., None]] = []
 _enabled = False
 
 _INT64 = (-(2**63), 2**63)
+#: The attribute of the ``OutputGraph`` being traced that lists the sites deferred in it.
+_DEFERRED_SITES = "graphmend_deferred_sites"
 _SEQUENCES: dict[type, str] = {tuple: "tuple", list: "list", torch.Size: "size"}
 #: Filled from TorchDynamo's own list once it is imported (see _learn_constant_types).
 _CONSTANT_TYPES: dict[type, None] = dict.fromkeys((int, float, bool, str, type(None)))
@@ -205,6 +210,121 @@ def _inputs_updated(graph: Any) -> bool:
     return False
 
 
+def defers_here(*values: Any) -> bool:
+    """Whether a call of ``values`` may wait for the end of the graph being traced
+    (asked while tracing; False: the call keeps its break, as without GraphMend).
+
+    The original call breaks the graph: what was traced before it is one graph, what
+    follows another, and either is none when it holds no operation.  Deferred, the call
+    joins the two into one, which holds the copies of its tensors (and the tensors of
+    its symbolic numbers): a graph where plain compile had none when nothing before the
+    call and nothing after it, up to the next break (a ``graph_break()``, a callee that
+    breaks, the end of the frame), is an operation.  Where the graph holds no operation
+    yet (and a break can split it: not under ``fullgraph=True``), it is checked before
+    it is compiled: if it holds nothing but copies, the analysis restarts with the call
+    keeping its break.  See also :func:`keep_break_before_failed_trace`."""
+    return _may_defer(any(_copied_in_the_graph(value) for value in values))
+
+
+def graph_started() -> bool:
+    """:func:`defers_here` of values not known yet (a call whose values are captured one
+    by one, where the original evaluates them): taken to be copied in the graph."""
+    return _may_defer(copies=True)
+
+
+def _may_defer(copies: bool) -> bool:
+    if open_site("defer") is not None:
+        return False  # an earlier analysis of this compile found that it must not wait
+    if copies:
+        ask_tracer(_check_more_than_copies, None)
+    ask_tracer(_note_deferred, None)
+    return True
+
+
+def _check_more_than_copies(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`_may_defer`: where the graph holds no
+    operation yet, check before it is compiled that it holds more than copies."""
+    site = opened_site(tracer)
+    if site is None or _graph_holds_an_operation(tracer):
+        return
+    output = tracer.output
+    check_before_compiling(output, functools.partial(_keep_break_if_only_copies, site, output))
+
+
+def _keep_break_if_only_copies(site: Any, output: Any, _results: list[Any]) -> None:
+    """Restart the analysis, the site keeping its break, if the graph about to be compiled
+    holds nothing but copies (the only operations :func:`capture` makes)."""
+    if all(_is_copy(node) for node in output.graph.nodes if node.op.startswith("call")):
+        site.keep_break(
+            "its copies would be the only operations of the graph, where plain compile, "
+            "breaking at the call, has none"
+        )
+
+
+def _is_copy(node: Any) -> bool:
+    if node.op == "call_method":
+        return node.target in ("clone", "detach")
+    return node.op == "call_function" and node.target is torch.scalar_tensor
+
+
+def _note_deferred(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`_may_defer`: list the site it opened on the
+    graph being traced, for :func:`keep_break_before_failed_trace`."""
+    site = opened_site(tracer)
+    if site is None:
+        return
+    sites = getattr(tracer.output, _DEFERRED_SITES, None)
+    if sites is None:
+        sites = []
+        setattr(tracer.output, _DEFERRED_SITES, sites)
+    sites.append(site)
+
+
+def _copied_in_the_graph(value: Any) -> bool:
+    """Whether :func:`capture` of ``value`` puts an operation into the graph."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if type(value) in (int, float):
+        return held_while_tracing(value) != "constant"
+    if type(value) in _SEQUENCES:
+        return any(_copied_in_the_graph(item) for item in value)
+    return False
+
+
+def keep_break_before_failed_trace(root: Any, error: BaseException) -> None:
+    """Called with the error that ends the tracing of the frame ``root`` (its translator)
+    and will reach the caller (a shape mismatch found on fake tensors, an index out of
+    range): restart the analysis, the first call deferred in it keeping its break.
+
+    Deferred calls run after the graph, and there is no graph: the output, which the
+    original makes before the error (it broke the graph at the call), never appeared.
+    Kept, the call breaks the graph and runs, and the error is raised by the tracing of
+    the rest, as without GraphMend.  Not under ``fullgraph=True``, where the break would
+    fail the compile all the same, before the output."""
+    from torch._dynamo import exc
+
+    if isinstance(error, exc.RestartAnalysis | exc.SkipFrame | exc.Unsupported):
+        return  # TorchDynamo's own control flow, or a break it handles
+    for site in getattr(getattr(root, "output", None), _DEFERRED_SITES, ()):
+        if not site.one_graph and site.kept_break() is None:
+            site.keep_break(
+                f"tracing failed after it ({type(error).__name__}): the output must appear "
+                "before the error"
+            )
+            return
+
+
+def _graph_holds_an_operation(tracer: Any) -> bool:
+    """Whether the graph ``tracer`` adds to holds an operation, or cannot be split by a
+    break (then one graph either way)."""
+    if getattr(tracer, "one_graph", False) or getattr(tracer, "error_on_graph_break", False):
+        return True  # no break can split the graph: one graph either way
+    output = tracer.output
+    if getattr(output, "current_tracer", None) is not getattr(output, "root_tracer", None):
+        return True  # inside a higher-order operator's body (torch.cond), which never breaks
+    return any(node.op.startswith("call") for node in output.graph.nodes)
+
+
 def warnings_may_raise() -> bool:
     """Whether a warning filter turns some warnings into exceptions (read while tracing:
     TorchDynamo guards on the filters, and compiles again when they change).  Such a
@@ -221,6 +341,88 @@ def _changes_existing_objects(side_effects: Any) -> bool:
         if "New" not in type(mutation).__name__ and side_effects.is_modified(item):
             return True
     return False
+
+
+def formattable(template: str, kind: str, names: tuple[str, ...], *values: Any) -> bool:
+    """Whether formatting ``values`` with ``template`` cannot raise after the graph where
+    it did not at the call (asked while tracing; False: the call keeps its break, and
+    raises where it stands).  ``kind``: ``"field"``, one f-string field
+    (``template.format(value)``, ``"{:.3f}"``); ``"format"``, ``template.format(...)``
+    with the values, the last ``len(names)`` of them by those keywords; ``"%"`` and
+    ``"%tuple"``, ``template % value`` and ``template % (values...)``.
+
+    Formatted after the graph, a value that cannot take its format (``f"{y:.3f}"`` of a
+    tensor of three elements, ``"%x" % t`` of a float tensor) raised there, once the
+    graph had updated its inputs in place.  The check formats stand-ins with the values'
+    behaviour: a constant itself, a number of the item's type for a tensor that formats
+    as its item, an object that refuses any format spec and any conversion to a number
+    otherwise."""
+    return bool(ask_tracer(_formats_alike, True, template, kind, names, *values))
+
+
+def _formats_alike(_tracer: Any, template: Any, kind: Any, names: Any, *values: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`formattable`."""
+    try:
+        template, kind, names = (v.as_python_constant() for v in (template, kind, names))
+        numeric = kind.startswith("%")
+        stand_ins = [_stand_in(value, numeric=numeric) for value in values]
+    except (AttributeError, KeyError, NotImplementedError, TypeError):
+        return False
+    positional = stand_ins[: len(stand_ins) - len(names)]
+    keywords = dict(zip(names, stand_ins[len(positional) :], strict=True))
+    try:
+        if kind == "%":
+            template % stand_ins[0]
+        elif kind == "%tuple":
+            template % tuple(stand_ins)
+        else:
+            template.format(*positional, **keywords)
+    except Exception:  # whatever formatting the values would raise
+        return False
+    return True
+
+
+class _Unformattable:
+    """A stand-in for a value that formats as text only: a format spec raises (as
+    ``object.__format__`` does), and so does a conversion to a number (``%d``)."""
+
+    def __repr__(self) -> str:
+        return "tensor"
+
+
+def _stand_in(variable: Any, *, numeric: bool) -> Any:
+    """What formats as the value of ``variable`` does (a TorchDynamo variable): its
+    constant, a number of its type, or for a tensor (``numeric``: by ``%``, which asks
+    for a number; else by ``format``, which wants a 0-d plain tensor) its item's type."""
+    if variable.is_python_constant():
+        try:
+            return variable.as_python_constant()
+        except NotImplementedError:
+            pass
+    kind = variable.python_type()
+    if kind in (int, float, bool):
+        return kind()  # a symbolic number
+    if not issubclass(kind, torch.Tensor):
+        return _Unformattable()
+    fake = variable.as_proxy().node.meta.get("example_value")
+    if not isinstance(fake, torch.Tensor):
+        return _Unformattable()
+    from torch.fx.experimental.symbolic_shapes import statically_known_true  # while tracing
+
+    # a symbolic number of elements is not compared (a guard on the size): not known to
+    # be one, the tensor formats as text only
+    as_item = (
+        statically_known_true(fake.numel() == 1)
+        if numeric
+        else (fake.dim() == 0 and kind is torch.Tensor)
+    )
+    if not as_item:
+        return _Unformattable()
+    if fake.is_complex():
+        return 0j
+    if fake.is_floating_point():
+        return 0.0
+    return False if fake.dtype == torch.bool else 0
 
 
 def render(value: Any, conversion: int, spec: str) -> str:
@@ -268,6 +470,7 @@ def _enable(_dynamo: object = None) -> None:
         # Unregistered, a generated function is an ordinary function that makes
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
+    dynamo_support.on_failed_trace(keep_break_before_failed_trace)
     _enabled = True
     # what the generated functions call, and what render calls (under dynamic=True a
     # float TorchDynamo made symbolic made a graph of a helper's own frame)

@@ -25,7 +25,10 @@ ends tested).  On a newer torch, whose Dynamo may drop, duplicate or already
 keep those calls, GraphMend does not guess: deferred calls stay off (output
 calls keep their graph breaks, as without GraphMend) and one warning says so.
 The patch is one attribute assignment, made when TorchDynamo is imported; its
-code runs only while Dynamo inlines a frame, that is while compiling.  (A
+code runs only while Dynamo inlines a frame, that is while compiling.  A second
+patch (:func:`on_failed_trace`) wraps ``InstructionTranslator.run``, the tracing of
+the frame that owns the graph: the error that ends it is shown to GraphMend before
+it goes on (deferred calls would be lost with the trace).  (A
 start-of-compile callback would be later still, but ``torch._dynamo.reset()``
 removes those callbacks, and a reset before the first compile would lose the
 calls silently.)
@@ -105,3 +108,26 @@ def never_compiled(function: Callable[..., Any]) -> None:
     skip_code = getattr(eval_frame, "skip_code", None)
     if skip_code is not None:
         skip_code(function.__code__)
+
+
+def on_failed_trace(handler: Callable[[Any, BaseException], None]) -> None:
+    """Call ``handler(translator, error)`` with the error that ends the tracing of a frame
+    that owns a graph (``InstructionTranslator.run``), before it propagates; the handler
+    may raise TorchDynamo's ``RestartAnalysis`` instead.  Applied once, with
+    :func:`keep_inlined_deferred_calls` (tested releases only)."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    original = InstructionTranslator.run
+    if getattr(original, _PATCHED, False):
+        return
+
+    @functools.wraps(original)
+    def run(self: Any) -> None:
+        try:
+            original(self)
+        except Exception as error:
+            handler(self, error)
+            raise
+
+    setattr(run, _PATCHED, True)
+    InstructionTranslator.run = run

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 
 from graphmend.runtime import deferral
+from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.formatting import known_while_tracing
 from graphmend.runtime.tracing import tracing
 
 
@@ -15,7 +17,13 @@ def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     """``tensor[index]``; while tracing, ``values[index]`` where its truth is the item's
     for certain: ``tensor`` is ``made`` (``torch.tensor(values)``, which the rewrite
     checked nothing can update), one-dimensional, made of ``bool`` values only (a new
-    list or tuple, which nothing else holds), and ``index`` an ``int`` in range.  Only
+    list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
+    TorchDynamo holds as a constant (a symbolic one, ``x.shape[0] - 2``, would be
+    pinned by the lookup: a graph for every size, where the original broke).  The
+    tensor must also be made in the graph being traced and not updated in place since
+    (its fake tensor's version): a property or an operator method (``self.touch``,
+    ``self + 1``) the rewrite cannot see may update it, as may code that ran after a
+    graph break.  Not on the ``meta`` device, whose items have no truth.  Only
     where TorchDynamo runs :func:`mark_static_address` after the graph: the original
     broke the graph before the code that calls it, which TorchDynamo refuses to trace."""
     if tracing() and deferral.reordering() and _known(tensor, index, made, values):
@@ -28,12 +36,27 @@ def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
         tensor is made
         and type(made) is torch.Tensor
         and made.dim() == 1
+        and made.device.type != "meta"
+        and ask_tracer(_made_here_untouched, False, made)
         and type(values) in (list, tuple)
         and len(values) == made.shape[0]
         and all(type(value) is bool for value in values)
         and type(index) is int
+        and known_while_tracing(index)
         and -len(values) <= index < len(values)
     )
+
+
+def _made_here_untouched(_tracer: Any, made: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`_known`: whether ``made`` is the result of an
+    operation of the graph being traced (not one of its inputs, made before a break)
+    whose fake tensor no in-place operation has updated."""
+    try:
+        node = made.as_proxy().node
+    except (AttributeError, NotImplementedError):
+        return False
+    fake = node.meta.get("example_value")
+    return node.op == "call_function" and isinstance(fake, torch.Tensor) and fake._version == 0
 
 
 @deferral.deferred("torch._dynamo.mark_static_address")
