@@ -508,3 +508,63 @@ def test_a_size_among_the_results_keeps_the_break_under_inductor(load_both) -> N
             (actual, size), (expected, expected_size) = compiled(x), plain.f(x)
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
         assert size == expected_size
+
+
+#: An iterator made before the site, advanced by the rest: TorchDynamo (2.13) advances a
+#: generator, a range iterator or enumerate in place, outside its side-effect table, so
+#: torch.cond's second branch read the value after the first branch's.
+ADVANCES_AN_ITERATOR = """
+import torch
+
+def numbers():
+    yield 2
+    yield 3
+
+def f(x):
+    it = {made}
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    k = {read}
+    return x * k if y is None else y * k
+"""
+OUTER_ITERATORS = {
+    "generator": ("numbers()", "next(it)"),
+    "range_iterator": ("iter(range(2, 4))", "next(it)"),
+    "enumerate": ("enumerate([2, 3])", "next(it)[1]"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OUTER_ITERATORS))
+def test_an_iterator_made_before_the_site_keeps_the_break(load_both, kind: str) -> None:
+    # The else branch gave x * 3 where the original gives x * 2.
+    made, read = OUTER_ITERATORS[kind]
+    plain, mended = load_both(ADVANCES_AN_ITERATOR.format(made=made, read=read))
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, plain_graphs = _run(plain.f, calls, "eager")
+    actual, graphs = _run(mended.f, calls, "eager")
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert graphs <= plain_graphs
+
+
+#: Iterators the rest makes itself, made anew in each branch.
+MAKES_ITS_ITERATORS = (
+    SITE
+    + """    h = x * 1 if y is None else y
+    for i, row in enumerate(h):
+        h = h + row.sum() * i
+    for j in range(2):
+        h = h * next(t for t in (2, 3))
+    return h
+"""
+)
+
+
+def test_iterators_made_in_the_rest_are_continued(load_both) -> None:
+    plain, mended = load_both(MAKES_ITS_ITERATORS)
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, _ = _run(plain.f, calls, "eager")
+    actual, graphs = _run(mended.f, calls, "eager")
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert graphs == 1

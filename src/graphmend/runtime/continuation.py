@@ -37,6 +37,7 @@ from graphmend.runtime.attempts import (
 )
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
+from graphmend.runtime.iterators import OuterIterators
 from graphmend.runtime.tracing import tracing
 
 
@@ -130,12 +131,16 @@ def _capture(
         site.abandon(tracer, "continuation", attempt, _COPIED_VIEW)
         return None
     try:
-        result = handler.call_function(tracer, arguments, {})
+        with OuterIterators() as iterators:
+            result = handler.call_function(tracer, arguments, {})
     except tracer_control():
         raise
     except Exception as error:  # anything else: cond cannot capture the branches
         reason = f"torch.cond cannot capture it: {first_line(error)}"
         site.abandon(tracer, "continuation", attempt, reason)
+        return None
+    if iterators.advanced is not None:
+        site.abandon(tracer, "continuation", attempt, _advanced(iterators.advanced))
         return None
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
@@ -180,6 +185,14 @@ _SHARED = (
     "two of its results share memory (one tensor twice, or a view of another): "
     "torch.cond returns a copy of each"
 )
+
+
+def _advanced(kind: str) -> str:
+    """Why a branch advancing an iterator made before the site keeps the break."""
+    return (
+        f"a branch advances a {kind} made before the if: TorchDynamo traces the other "
+        "branch from where it left it (runtime/iterators.py)"
+    )
 
 
 #: Why a strided view among the arguments keeps the break (but under ``fullgraph=True``,
