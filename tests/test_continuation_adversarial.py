@@ -17,6 +17,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from graphmend.pipeline import rewrite
+from graphmend.runtime import fallbacks
 
 X = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
 POSITIVE, NEGATIVE = X.abs() + 0.1, -X.abs() - 0.1
@@ -568,3 +569,56 @@ def test_iterators_made_in_the_rest_are_continued(load_both) -> None:
     actual, graphs = _run(mended.f, calls, "eager")
     assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
     assert graphs == 1
+
+
+#: The rest iterates over its argument: TorchDynamo computes each row (`x[0]`) in the
+#: graph around the cond while it traces a branch.
+ITERATES_OVER_ITS_ARGUMENT = {
+    "comprehension": "    parts = [t * 2 for t in x]\n"
+    "    return torch.stack(parts) if y is None else y\n",
+    "for_loop": "    total = x * 0\n    for t in x:\n        total = total + t\n"
+    "    return total if y is None else y\n",
+}
+
+
+@pytest.mark.parametrize("rest", sorted(ITERATES_OVER_ITS_ARGUMENT))
+def test_a_rest_iterating_over_its_argument_is_continued(load_both, rest: str) -> None:
+    # Each row was an operand of the cond made while its branches were traced, missing
+    # from the versions taken before them: the site kept its break, reported as "a branch
+    # updates t in place", which nothing did.
+    plain, mended = load_both(SITE + ITERATES_OVER_ITS_ARGUMENT[rest])
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, plain_graphs = _run(plain.f, calls, "eager")
+    actual, graphs = _run(mended.f, calls, "eager")
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert (graphs, plain_graphs) == (1, 3)
+
+
+#: A view of a tensor the caller updated in place, returned by the rest as it is: its
+#: `_base` is read in the graph around the cond, not in the branch.
+RETURNS_A_VIEW_OF_AN_UPDATED_TENSOR = (
+    SITE.replace("def f(", "def g(")
+    + """    return x if y is None else y
+
+
+def f(h):
+    h = h * 1
+    h.add_(1)
+    return g(h[1:])
+"""
+)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_view_whose_base_is_read_outside_the_branch_keeps_the_break(load_both, backend):
+    # The branch's clone(x._base) copied an operand: nothing told it from a result of its
+    # own, and the caller got the whole base, 2 rows where the original gives 1.
+    fallbacks.clear()
+    plain, mended = load_both(RETURNS_A_VIEW_OF_AN_UPDATED_TENSOR)
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, plain_graphs = _run(plain.f, calls, backend)
+    actual, graphs = _run(mended.f, calls, backend)
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert graphs <= plain_graphs
+    reasons = [f.reason for f in fallbacks.records() if f.rewrite == "continuation"]
+    assert not any("updates getattr" in reason for reason in reasons), reasons

@@ -32,7 +32,7 @@ import torch
 from torch.fx import Node
 
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.cond_layout import strided_view
+from graphmend.runtime.cond_layout import strided_view, unpinned
 
 #: A view's sizes, strides and storage offset: what ``as_strided`` takes.
 Layout = tuple[tuple[int, ...], tuple[int, ...], int]
@@ -157,10 +157,32 @@ def _branch_layouts(output: Any, cond: Node) -> list[tuple[Layout, int] | None]:
     for branch in cond.args[1:3]:
         graph = output.nn_modules[branch.target].graph
         (results,) = next(node for node in graph.nodes if node.op == "output").args
+        operands = dict(zip(graph.find_nodes(op="placeholder"), cond.args[-1], strict=False))
+        if any(_copies_a_base_read_outside(node, operands) for node in results):
+            raise NotLaidOut(
+                "TorchDynamo read a view's base outside the branch (view._base): which "
+                "view it carries cannot be told"
+            )
         per_branch.append([_carried_view(node) for node in results])
     if per_branch[0] != per_branch[1]:
         raise NotLaidOut("the branches give results laid out otherwise")
     return per_branch[0]
+
+
+def _copies_a_base_read_outside(node: Any, operands: dict[Node, Any]) -> bool:
+    """Whether a branch's output copies an operand of the ``cond`` that is a ``view._base``
+    read in the graph around it: TorchDynamo computes there what the branch reads of a
+    tensor made before it (``x._base`` of an argument ``x``), so that the branch's
+    ``clone(view._base)`` (:func:`carried`) is a copy of an input, told apart from
+    nothing, and the view would be given back as its whole base."""
+    if not isinstance(node, Node) or node.target not in (torch.clone, torch.Tensor.clone):
+        return False
+    source = unpinned(operands.get(node.args[0]))
+    return isinstance(source, Node) and _reads_base(source)
+
+
+def _reads_base(node: Node) -> bool:
+    return node.target is getattr and node.args[1:] == ("_base",)
 
 
 def _carried_view(node: Any) -> tuple[Layout, int] | None:
@@ -191,7 +213,7 @@ def base_of_view(node: Any) -> Node | None:
     if not isinstance(node, Node) or node.target not in (torch.clone, torch.Tensor.clone):
         return None
     source = node.args[0]
-    if isinstance(source, Node) and source.target is getattr and source.args[1:] == ("_base",):
+    if isinstance(source, Node) and _reads_base(source):
         return source
     return None
 

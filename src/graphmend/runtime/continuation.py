@@ -171,7 +171,7 @@ def _given_back(
     except (AttributeError, KeyError, NotImplementedError) as error:
         return f"this torch release is not supported ({error})", None
     except cond_layout.Unpinnable as error:
-        return f"TorchInductor could not run the torch.cond: {error}", None
+        return f"its operands' layout cannot be pinned for TorchInductor: {error}", None
     except cond_results.NotLaidOut as error:
         return f"a result cannot be given back laid out as the original's: {error}", None
 
