@@ -96,7 +96,7 @@ class _VersionsBefore:
     def __init__(self, versions: dict[Node, int]) -> None:
         self.versions = versions
         self.by_tensor = {id(node.meta["example_value"]): n for node, n in versions.items()}
-        self.storages = {_storage(node.meta["example_value"]) for node in versions}
+        self.storages = {_storage(node.meta["example_value"]) for node in versions} - {None}
 
     def of(self, node: Node, value: torch.Tensor) -> int | None:
         """``None`` where it cannot be told (a tensor sharing memory, and perhaps its
@@ -106,11 +106,16 @@ class _VersionsBefore:
         for known in (value, value._base if value._is_view() else None):
             if known is not None and id(known) in self.by_tensor:
                 return self.by_tensor[id(known)]  # the same tensor, or its base
-        return 0 if _storage(value) not in self.storages else None
+        storage = _storage(value)
+        return 0 if storage is not None and storage not in self.storages else None
 
 
-def _storage(value: torch.Tensor) -> int:
-    return value.untyped_storage()._cdata
+def _storage(value: torch.Tensor) -> int | None:
+    """The identity of ``value``'s storage; ``None`` for a tensor without one (sparse)."""
+    try:
+        return value.untyped_storage()._cdata
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return None
 
 
 #: The tracer's attribute holding, per ``torch.cond`` traced in user code (T1's
