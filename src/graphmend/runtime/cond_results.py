@@ -218,6 +218,36 @@ def base_of_view(node: Any) -> Node | None:
     return None
 
 
+def read_bases_directly(output: Any, conds: list[Node]) -> None:
+    """In each branch of ``conds``, each ``view._base`` (:func:`carried`) replaced by the
+    node that computes the base, where the branch has it: TorchDynamo's fake
+    ``_base`` is that node's fake, the same tensor.  Under ``torch.inference_mode`` the
+    view the graph makes is an inference tensor, which has no base (TorchDynamo traces
+    with inference mode off), and a graph run as traced (``backend="eager"``) failed
+    there: ``clone(None)``.  Called once :func:`layouts` has read the branches."""
+    for cond in conds:
+        for branch in cond.args[1:3]:
+            module = output.nn_modules[branch.target]
+            if _bases_read_directly(module.graph):
+                module.recompile()
+
+
+def _bases_read_directly(graph: Any) -> bool:
+    """Whether any ``view._base`` of ``graph`` was replaced by the node of its base."""
+    nodes: dict[int, Node] = {}
+    replaced = False
+    for node in list(graph.nodes):
+        value = node.meta.get("example_value")
+        base = nodes.get(id(value)) if _reads_base(node) else None
+        if base is not None:
+            node.replace_all_uses_with(base)
+            graph.erase_node(node)
+            replaced = True
+        elif isinstance(value, torch.Tensor):
+            nodes.setdefault(id(value), node)
+    return replaced
+
+
 def laid_out(merged: Any, layouts_: tuple[str, tuple[Layout | None, ...]]) -> Any:
     """``merged`` (traced) with each tensor the ``cond`` named in ``layouts_`` gives laid
     out again, as :func:`layouts` found."""

@@ -167,7 +167,9 @@ def _given_back(
             cond_layout.pin_operands(tracer.output.graph, cond, versions)
         if returned and not aliasing.record(tracer, site, aliasing.fakes(result), returned):
             return "this torch release cannot check how its results alias", None
-        return None, cond_results.layouts(tracer.output, conds)
+        layouts = cond_results.layouts(tracer.output, conds)
+        cond_results.read_bases_directly(tracer.output, conds)
+        return None, layouts
     except (AttributeError, KeyError, NotImplementedError) as error:
         return f"this torch release is not supported ({error})", None
     except cond_layout.Unpinnable as error:
