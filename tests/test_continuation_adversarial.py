@@ -638,3 +638,26 @@ def test_a_view_result_under_inference_mode(load_both, name: str) -> None:
             result = torch.compile(getattr(mended, name), backend="eager")(x)
             expected = getattr(plain, name)(x)
         assert _seen(result) == _seen(expected)
+
+
+#: The rest sets an attribute of a module-level object to a constant that depends on
+#: the branch taken, the then branch's value being the one it already holds.
+STORES_AN_ATTRIBUTE = (
+    SITE.replace("import torch\n", "import torch\n\nclass Box:\n    pass\n\nBOX = Box()\n")
+    + "    BOX.v = 3 if y is None else 4\n    return x * 2 if y is None else y\n"
+)
+
+
+def test_an_attribute_a_branch_stores_is_stored(load_both) -> None:
+    # TorchDynamo lets a cond branch set a constant attribute of an outer object when the
+    # branch sets it back (a flag flipped and restored), and drops the branches' stores:
+    # the then branch's BOX.v = 4 was its value already, the else branch's BOX.v = 3 went
+    # unchecked, and BOX.v stayed 4 where the original sets 3.
+    plain, mended = load_both(STORES_AN_ATTRIBUTE)
+    stored = []
+    for module in (plain, mended):
+        module.BOX.v = 4
+        _, graphs = _run(module.f, [(NEGATIVE,)], "eager")
+        stored.append((module.BOX.v, graphs))
+    assert stored[1][0] == stored[0][0] == 3
+    assert stored[1][1] <= stored[0][1]

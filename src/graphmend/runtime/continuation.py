@@ -37,7 +37,7 @@ from graphmend.runtime.attempts import (
 )
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
-from graphmend.runtime.iterators import OuterIterators
+from graphmend.runtime.outer_state import OuterState
 from graphmend.runtime.tracing import tracing
 
 
@@ -131,7 +131,7 @@ def _capture(
         site.abandon(tracer, "continuation", attempt, _COPIED_VIEW)
         return None
     try:
-        with OuterIterators() as iterators:
+        with OuterState() as outer:
             result = handler.call_function(tracer, arguments, {})
     except tracer_control():
         raise
@@ -139,8 +139,8 @@ def _capture(
         reason = f"torch.cond cannot capture it: {first_line(error)}"
         site.abandon(tracer, "continuation", attempt, reason)
         return None
-    if iterators.advanced is not None:
-        site.abandon(tracer, "continuation", attempt, _advanced(iterators.advanced))
+    if outer.changed is not None:
+        site.abandon(tracer, "continuation", attempt, _changed_outside(outer.changed))
         return None
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
@@ -189,11 +189,11 @@ _SHARED = (
 )
 
 
-def _advanced(kind: str) -> str:
-    """Why a branch advancing an iterator made before the site keeps the break."""
+def _changed_outside(change: str) -> str:
+    """Why a branch changing what was made before the site keeps the break."""
     return (
-        f"a branch advances a {kind} made before the if: TorchDynamo traces the other "
-        "branch from where it left it (runtime/iterators.py)"
+        f"a branch {change}, which TorchDynamo does not put back for the other branch "
+        "or keeps only in part (runtime/outer_state.py)"
     )
 
 

@@ -1,22 +1,24 @@
-"""Iterators that ``torch.cond``'s branches advance, which TorchDynamo does not put back.
+"""What ``torch.cond``'s branches change outside them that TorchDynamo does not put back.
 
 TorchDynamo traces the two branches of a ``torch.cond`` one after the other, and
 refuses a branch that changes what exists outside it through its side-effect table
-(a list appended to, an attribute stored, a list iterator advanced).  Some
-iterators are advanced in place without that table (torch 2.13): a generator
-traced by TorchDynamo (``LocalGeneratorObjectVariable``), a range iterator,
-``enumerate``.  The second branch then starts where the first left off::
+(a list appended to, a list iterator advanced).  Two changes escape that (torch 2.13):
 
-    it = gen()                  # yields 2, then 3
-    if x.sum() > 0: ...         # continued: the rest reads next(it)
-    k = next(it)
+* Iterators advanced in place without the table: a generator traced by TorchDynamo
+  (``LocalGeneratorObjectVariable``), a range iterator, ``enumerate``.  The second
+  branch starts where the first left off: with ``it = gen()`` (2, then 3) before an
+  ``if`` whose rest reads ``k = next(it)``, the else branch of continuation's ``cond``
+  computed ``x * 3`` where the original computes ``x * 2`` (plain ``torch.cond`` of
+  two such branches gives the same wrong value).
+* An attribute of an object made before the ``cond`` set to a constant: TorchDynamo
+  lets a branch do it if the branch sets it back (a flag flipped and restored), then
+  drops the branch's stores; with ``BOX.v = 3 if y is None else 4`` and ``BOX.v``
+  already 4, the else branch's store was dropped unchecked, and ``BOX.v`` stayed 4
+  where the original sets 3.
 
-Both branches of continuation's ``cond`` read 2 and 3: the else branch computed
-``x * 3`` where the original computes ``x * 2`` (plain ``torch.cond`` of two such
-branches gives the same wrong value).  :class:`OuterIterators` watches such
-advances while a ``cond`` is traced: one of an iterator made before it keeps the
-break.  An iterator a branch makes itself (``for i, layer in enumerate(layers)``)
-is made anew in each branch, and may advance.
+:class:`OuterState` watches both while a ``cond`` is traced: either keeps the break.
+An iterator or object a branch makes itself (``for i, layer in enumerate(layers)``)
+is made anew in each branch, and may change.
 """
 
 from __future__ import annotations
@@ -31,17 +33,20 @@ _ADVANCING = ("tp_iternext_impl", "next_variable", "gen_send_ex2", "_setup_excep
 _FINISHING = frozenset({"close", "throw"})
 
 
-class OuterIterators:
-    """While open (a ``with`` block), notes the first iterator advanced that was made
-    before it opened: :attr:`advanced` names its type (``None``: none was)."""
+class OuterState:
+    """While open (a ``with`` block), notes the first change to what was made before it
+    opened: :attr:`changed` says what it was (``None``: nothing changed)."""
 
     def __init__(self) -> None:
-        self.advanced: str | None = None
+        self.changed: str | None = None
         self._made: list[Any] = []  # held, so that their ids stay theirs
         self._made_ids: set[int] = set()
         self._saved: list[tuple[type, str, Any]] = []
 
-    def __enter__(self) -> OuterIterators:
+    def __enter__(self) -> OuterState:
+        from torch._dynamo.side_effects import SideEffects
+
+        self._wrap(SideEffects, "store_attr", self._noting_store)
         roots = _iterator_classes()
         for root in roots:
             self._wrap(root, "__init__", self._noting_made)
@@ -89,9 +94,26 @@ class OuterIterators:
 
         return call_method
 
+    def _noting_store(self, method: Any) -> Any:
+        def store_attr(effects: Any, item: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+            if self.changed is None and not _made_in_this_branch(item):
+                self.changed = f"stores attribute {name!r} of an object made before the if"
+            return method(effects, item, name, *args, **kwargs)
+
+        return store_attr
+
     def _note(self, variable: Any) -> None:
-        if self.advanced is None and id(variable) not in self._made_ids:
-            self.advanced = _type_name(variable)
+        if self.changed is None and id(variable) not in self._made_ids:
+            self.changed = f"advances a {_type_name(variable)} made before the if"
+
+
+def _made_in_this_branch(item: Any) -> bool:
+    """Whether TorchDynamo made ``item``'s variable in the branch it traces (a store to
+    it needs no putting back)."""
+    from torch._dynamo.variables.base import is_side_effect_safe
+
+    mutation = getattr(item, "mutation_type", None)
+    return mutation is not None and is_side_effect_safe(mutation)
 
 
 def _iterator_classes() -> list[type]:
