@@ -661,3 +661,21 @@ def test_an_attribute_a_branch_stores_is_stored(load_both) -> None:
         stored.append((module.BOX.v, graphs))
     assert stored[1][0] == stored[0][0] == 3
     assert stored[1][1] <= stored[0][1]
+
+
+def test_outer_state_puts_back_what_it_wrapped_when_it_cannot_watch(monkeypatch) -> None:
+    # On a release without TorchDynamo's iterator variables the watch cannot open; the
+    # store_attr it had already wrapped stayed wrapped for every later compile.
+    from torch._dynamo.side_effects import SideEffects
+
+    from graphmend.runtime import outer_state
+
+    store_attr = SideEffects.store_attr
+
+    def missing() -> list[type]:
+        raise ImportError("no iterator variables")
+
+    monkeypatch.setattr(outer_state, "_iterator_classes", missing)
+    with pytest.raises(ImportError), outer_state.OuterState():
+        pass
+    assert SideEffects.store_attr is store_attr

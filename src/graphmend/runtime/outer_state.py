@@ -44,6 +44,14 @@ class OuterState:
         self._saved: list[tuple[type, str, Any]] = []
 
     def __enter__(self) -> OuterState:
+        try:
+            self._watch()
+        except BaseException:
+            self.__exit__()  # what was wrapped before the failure is put back
+            raise
+        return self
+
+    def _watch(self) -> None:
         from torch._dynamo.side_effects import SideEffects
 
         self._wrap(SideEffects, "store_attr", self._noting_store)
@@ -56,7 +64,6 @@ class OuterState:
                     self._wrap(cls, name, self._noting_advance)
             if "call_method" in vars(cls) and cls.__name__ == "LocalGeneratorObjectVariable":
                 self._wrap(cls, "call_method", self._noting_finish)
-        return self
 
     def __exit__(self, *_exception: object) -> None:
         for cls, name, original in reversed(self._saved):
