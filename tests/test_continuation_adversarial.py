@@ -17,6 +17,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from graphmend.pipeline import rewrite
+from graphmend.runtime import fallbacks
 
 X = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
 POSITIVE, NEGATIVE = X.abs() + 0.1, -X.abs() - 0.1
@@ -554,3 +555,173 @@ def _as_plain_under_inductor(load_both, source: str, calls: list, name: str = "f
         with torch.no_grad():
             actual, expected = compiled(x), getattr(plain, name)(x)
         assert _seen(actual) == _seen(expected)
+
+
+#: An iterator made before the site, advanced by the rest: TorchDynamo (2.13) advances a
+#: generator, a range iterator or enumerate in place, outside its side-effect table, so
+#: torch.cond's second branch read the value after the first branch's.
+ADVANCES_AN_ITERATOR = """
+import torch
+
+def numbers():
+    yield 2
+    yield 3
+
+def f(x):
+    it = {made}
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    k = {read}
+    return x * k if y is None else y * k
+"""
+OUTER_ITERATORS = {
+    "generator": ("numbers()", "next(it)"),
+    "range_iterator": ("iter(range(2, 4))", "next(it)"),
+    "enumerate": ("enumerate([2, 3])", "next(it)[1]"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OUTER_ITERATORS))
+def test_an_iterator_made_before_the_site_keeps_the_break(load_both, kind: str) -> None:
+    # The else branch gave x * 3 where the original gives x * 2.
+    made, read = OUTER_ITERATORS[kind]
+    plain, mended = load_both(ADVANCES_AN_ITERATOR.format(made=made, read=read))
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, plain_graphs = _run(plain.f, calls, "eager")
+    actual, graphs = _run(mended.f, calls, "eager")
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert graphs <= plain_graphs
+
+
+#: Iterators the rest makes itself, made anew in each branch.
+MAKES_ITS_ITERATORS = (
+    SITE
+    + """    h = x * 1 if y is None else y
+    for i, row in enumerate(h):
+        h = h + row.sum() * i
+    for j in range(2):
+        h = h * next(t for t in (2, 3))
+    return h
+"""
+)
+
+
+def test_iterators_made_in_the_rest_are_continued(load_both) -> None:
+    plain, mended = load_both(MAKES_ITS_ITERATORS)
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, _ = _run(plain.f, calls, "eager")
+    actual, graphs = _run(mended.f, calls, "eager")
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert graphs == 1
+
+
+#: The rest iterates over its argument: TorchDynamo computes each row (`x[0]`) in the
+#: graph around the cond while it traces a branch.
+ITERATES_OVER_ITS_ARGUMENT = {
+    "comprehension": "    parts = [t * 2 for t in x]\n"
+    "    return torch.stack(parts) if y is None else y\n",
+    "for_loop": "    total = x * 0\n    for t in x:\n        total = total + t\n"
+    "    return total if y is None else y\n",
+}
+
+
+@pytest.mark.parametrize("rest", sorted(ITERATES_OVER_ITS_ARGUMENT))
+def test_a_rest_iterating_over_its_argument_is_continued(load_both, rest: str) -> None:
+    # Each row was an operand of the cond made while its branches were traced, missing
+    # from the versions taken before them: the site kept its break, reported as "a branch
+    # updates t in place", which nothing did.
+    plain, mended = load_both(SITE + ITERATES_OVER_ITS_ARGUMENT[rest])
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, plain_graphs = _run(plain.f, calls, "eager")
+    actual, graphs = _run(mended.f, calls, "eager")
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert (graphs, plain_graphs) == (1, 3)
+
+
+#: A view of a tensor the caller updated in place, returned by the rest as it is: its
+#: `_base` is read in the graph around the cond, not in the branch.
+RETURNS_A_VIEW_OF_AN_UPDATED_TENSOR = (
+    SITE.replace("def f(", "def g(")
+    + """    return x if y is None else y
+
+
+def f(h):
+    h = h * 1
+    h.add_(1)
+    return g(h[1:])
+"""
+)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_view_whose_base_is_read_outside_the_branch_keeps_the_break(load_both, backend):
+    # The branch's clone(x._base) copied an operand: nothing told it from a result of its
+    # own, and the caller got the whole base, 2 rows where the original gives 1.
+    fallbacks.clear()
+    plain, mended = load_both(RETURNS_A_VIEW_OF_AN_UPDATED_TENSOR)
+    calls = [(POSITIVE,), (NEGATIVE,)]
+    expected, plain_graphs = _run(plain.f, calls, backend)
+    actual, graphs = _run(mended.f, calls, backend)
+    assert [_seen(value) for value, _ in actual] == [_seen(value) for value, _ in expected]
+    assert graphs <= plain_graphs
+    reasons = [f.reason for f in fallbacks.records() if f.rewrite == "continuation"]
+    assert not any("updates getattr" in reason for reason in reasons), reasons
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_a_view_result_under_inference_mode(load_both, name: str) -> None:
+    # A view is carried out of the cond as clone(view._base). TorchDynamo traces with
+    # inference mode off, where the fake view has a base; under torch.inference_mode the
+    # view the graph makes is an inference tensor without one, and backend="eager" failed
+    # ("clone(): argument 'input' must be Tensor, not NoneType") where plain compile runs.
+    # The branch now reads the base's own node.
+    plain, mended = load_both(RETURNS_VIEWS)
+    for x in (POSITIVE, NEGATIVE):
+        torch._dynamo.reset()
+        with torch.inference_mode():
+            result = torch.compile(getattr(mended, name), backend="eager")(x)
+            expected = getattr(plain, name)(x)
+        assert _seen(result) == _seen(expected)
+
+
+#: The rest sets an attribute of a module-level object to a constant that depends on
+#: the branch taken, the then branch's value being the one it already holds.
+STORES_AN_ATTRIBUTE = (
+    SITE.replace("import torch\n", "import torch\n\nclass Box:\n    pass\n\nBOX = Box()\n")
+    + "    BOX.v = 3 if y is None else 4\n    return x * 2 if y is None else y\n"
+)
+
+
+def test_an_attribute_a_branch_stores_is_stored(load_both) -> None:
+    # TorchDynamo lets a cond branch set a constant attribute of an outer object when the
+    # branch sets it back (a flag flipped and restored), and drops the branches' stores:
+    # the then branch's BOX.v = 4 was its value already, the else branch's BOX.v = 3 went
+    # unchecked, and BOX.v stayed 4 where the original sets 3.
+    plain, mended = load_both(STORES_AN_ATTRIBUTE)
+    stored = []
+    for module in (plain, mended):
+        module.BOX.v = 4
+        _, graphs = _run(module.f, [(NEGATIVE,)], "eager")
+        stored.append((module.BOX.v, graphs))
+    assert stored[1][0] == stored[0][0] == 3
+    assert stored[1][1] <= stored[0][1]
+
+
+def test_outer_state_puts_back_what_it_wrapped_when_it_cannot_watch(monkeypatch) -> None:
+    # On a release without TorchDynamo's iterator variables the watch cannot open; the
+    # store_attr it had already wrapped stayed wrapped for every later compile.
+    from torch._dynamo.side_effects import SideEffects
+
+    from graphmend.runtime import outer_state
+
+    store_attr = SideEffects.store_attr
+
+    def missing() -> list[type]:
+        raise ImportError("no iterator variables")
+
+    monkeypatch.setattr(outer_state, "_iterator_classes", missing)
+    with pytest.raises(ImportError), outer_state.OuterState():
+        pass
+    assert SideEffects.store_attr is store_attr

@@ -1404,3 +1404,14 @@ def test_a_tensor_stored_into_by_index_and_reached_another_way_keeps_the_if(load
         assert same(result, expected)
     if name == "stored_alone":  # nothing else reaches h: still merged
         assert counter.frame_count == 1
+
+
+def test_an_attribute_store_of_a_constant_is_declined_without_naming_a_tensor() -> None:
+    # The reason said "the original binds another tensor there" of self.mode = "a".
+    source = (
+        "import torch\n\ndef f(self, x):\n    if x.sum() > 0:\n        self.mode = 'a'\n"
+        "    else:\n        self.mode = 'b'\n    return x\n"
+    )
+    result = rewrite(source, "<test>", {"predicate"})
+    (reason,) = [f.reason for f in result.findings if f.rewrite == "predicate"]
+    assert "stores into self.mode" in reason and "tensor" not in reason

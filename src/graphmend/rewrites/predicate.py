@@ -486,9 +486,9 @@ class _Site:
             return [ast.Assign(targets=[store(name)], value=update)]
         if isinstance(target, ast.Attribute):
             raise Decline(
-                f"a branch stores into {ast.unparse(target)}: the original binds another "
-                "tensor there, and code holding the one it replaces keeps its values, which "
-                "a store in the graph cannot do"
+                f"a branch stores into {ast.unparse(target)}: the original binds the "
+                "branch's own object there (code holding the one it replaces keeps it), "
+                "which a value merged in the graph is not"
             )
         raise Decline(f"a branch stores into {ast.unparse(target)}, which cannot be predicated")
 

@@ -60,8 +60,17 @@ def pin_operands(graph: Graph, cond: Node, versions: dict[Node, int]) -> int:
     operand in place.  Returns how many operands were pinned."""
     operands: Sequence[object] = cond.args[-1]
     computed = [operand for operand in operands if _computed_tensor(operand)]
+    before = _VersionsBefore(versions)
     for node in computed:
-        if versions.get(node) != node.meta["example_value"]._version:
+        value = node.meta["example_value"]
+        version = before.of(node, value)
+        if version is None:
+            raise Unpinnable(
+                f"{node.name} was computed while the branches were traced, sharing memory "
+                "with a tensor made before them: whether a branch updates it in place is "
+                "unknown"
+            )
+        if version != value._version:
             raise Unpinnable(f"a branch updates {node.name} in place")
     force = _force_stride_order()
     pinned: dict[Node, Node] = {}
@@ -75,6 +84,38 @@ def pin_operands(graph: Graph, cond: Node, versions: dict[Node, int]) -> int:
     replaced = type(operands)(pinned.get(operand, operand) for operand in operands)
     cond.update_arg(len(cond.args) - 1, replaced)
     return len(pinned)
+
+
+class _VersionsBefore:
+    """The version counter of an operand's tensor before the branches were traced.  An
+    operand TorchDynamo computed in the graph while it traced them (``x[0]`` of ``for t
+    in x``, a returned view's ``_base``) has no entry in :func:`tensor_versions`: it may
+    be a tensor made before (``v._base``), a view counts its base's updates, and a
+    tensor of new memory started at 0."""
+
+    def __init__(self, versions: dict[Node, int]) -> None:
+        self.versions = versions
+        self.by_tensor = {id(node.meta["example_value"]): n for node, n in versions.items()}
+        self.storages = {_storage(node.meta["example_value"]) for node in versions} - {None}
+
+    def of(self, node: Node, value: torch.Tensor) -> int | None:
+        """``None`` where it cannot be told (a tensor sharing memory, and perhaps its
+        counter, with one made before: ``detach()`` does, and is no view)."""
+        if node in self.versions:
+            return self.versions[node]
+        for known in (value, value._base if value._is_view() else None):
+            if known is not None and id(known) in self.by_tensor:
+                return self.by_tensor[id(known)]  # the same tensor, or its base
+        storage = _storage(value)
+        return 0 if storage is not None and storage not in self.storages else None
+
+
+def _storage(value: torch.Tensor) -> int | None:
+    """The identity of ``value``'s storage; ``None`` for a tensor without one (sparse)."""
+    try:
+        return value.untyped_storage()._cdata
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return None
 
 
 #: The tracer's attribute holding, per ``torch.cond`` traced in user code (T1's
@@ -111,6 +152,14 @@ def pin_traced_conds(context: Any) -> None:
     for cond in added:
         with contextlib.suppress(Unpinnable):
             pin_operands(output.graph, cond, versions)
+
+
+def unpinned(operand: Any) -> Any:
+    """The node a ``cond`` operand pinned by :func:`pin_operands` stands for (``operand``
+    itself where it is not pinned)."""
+    if isinstance(operand, Node) and operand.target is _force_stride_order():
+        return operand.args[0]
+    return operand
 
 
 def strided_view(value: Any) -> bool:

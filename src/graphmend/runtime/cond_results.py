@@ -32,7 +32,7 @@ import torch
 from torch.fx import Node
 
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.cond_layout import strided_view
+from graphmend.runtime.cond_layout import strided_view, unpinned
 
 #: A view's sizes, strides and storage offset: what ``as_strided`` takes.
 Layout = tuple[tuple[int, ...], tuple[int, ...], int]
@@ -209,10 +209,32 @@ def _branch_layouts(output: Any, cond: Node) -> list[tuple[Layout, int] | None]:
     for branch in cond.args[1:3]:
         graph = output.nn_modules[branch.target].graph
         (results,) = next(node for node in graph.nodes if node.op == "output").args
+        operands = dict(zip(graph.find_nodes(op="placeholder"), cond.args[-1], strict=False))
+        if any(_copies_a_base_read_outside(node, operands) for node in results):
+            raise NotLaidOut(
+                "TorchDynamo read a view's base outside the branch (view._base): which "
+                "view it carries cannot be told"
+            )
         per_branch.append([_carried_view(node) for node in results])
     if per_branch[0] != per_branch[1]:
         raise NotLaidOut("the branches give results laid out otherwise")
     return per_branch[0]
+
+
+def _copies_a_base_read_outside(node: Any, operands: dict[Node, Any]) -> bool:
+    """Whether a branch's output copies an operand of the ``cond`` that is a ``view._base``
+    read in the graph around it: TorchDynamo computes there what the branch reads of a
+    tensor made before it (``x._base`` of an argument ``x``), so that the branch's
+    ``clone(view._base)`` (:func:`carried`) is a copy of an input, told apart from
+    nothing, and the view would be given back as its whole base."""
+    if not isinstance(node, Node) or node.target not in (torch.clone, torch.Tensor.clone):
+        return False
+    source = unpinned(operands.get(node.args[0]))
+    return isinstance(source, Node) and _reads_base(source)
+
+
+def _reads_base(node: Node) -> bool:
+    return node.target is getattr and node.args[1:] == ("_base",)
 
 
 def _carried_view(node: Any) -> tuple[Layout, int] | None:
@@ -243,9 +265,39 @@ def base_of_view(node: Any) -> Node | None:
     if not isinstance(node, Node) or node.target not in (torch.clone, torch.Tensor.clone):
         return None
     source = node.args[0]
-    if isinstance(source, Node) and source.target is getattr and source.args[1:] == ("_base",):
+    if isinstance(source, Node) and _reads_base(source):
         return source
     return None
+
+
+def read_bases_directly(output: Any, conds: list[Node]) -> None:
+    """In each branch of ``conds``, each ``view._base`` (:func:`carried`) replaced by the
+    node that computes the base, where the branch has it: TorchDynamo's fake
+    ``_base`` is that node's fake, the same tensor.  Under ``torch.inference_mode`` the
+    view the graph makes is an inference tensor, which has no base (TorchDynamo traces
+    with inference mode off), and a graph run as traced (``backend="eager"``) failed
+    there: ``clone(None)``.  Called once :func:`layouts` has read the branches."""
+    for cond in conds:
+        for branch in cond.args[1:3]:
+            module = output.nn_modules[branch.target]
+            if _bases_read_directly(module.graph):
+                module.recompile()
+
+
+def _bases_read_directly(graph: Any) -> bool:
+    """Whether any ``view._base`` of ``graph`` was replaced by the node of its base."""
+    nodes: dict[int, Node] = {}
+    replaced = False
+    for node in list(graph.nodes):
+        value = node.meta.get("example_value")
+        base = nodes.get(id(value)) if _reads_base(node) else None
+        if base is not None:
+            node.replace_all_uses_with(base)
+            graph.erase_node(node)
+            replaced = True
+        elif isinstance(value, torch.Tensor):
+            nodes.setdefault(id(value), node)
+    return replaced
 
 
 def laid_out(merged: Any, layouts_: tuple[str, tuple[Layout | None, ...]]) -> Any:

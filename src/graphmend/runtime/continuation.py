@@ -37,6 +37,7 @@ from graphmend.runtime.attempts import (
 )
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
+from graphmend.runtime.outer_state import OuterState
 from graphmend.runtime.tracing import tracing
 
 
@@ -160,12 +161,16 @@ def _capture(tracer: Any, predicate: Any, then_branch: Any, else_branch: Any) ->
         record_at(tracer, "continuation", kept)
         return None
     try:
-        result = handler.call_function(tracer, arguments, {})
+        with OuterState() as outer:
+            result = handler.call_function(tracer, arguments, {})
     except tracer_control():
         raise
     except Exception as error:  # anything else: cond cannot capture the branches
         reason = f"torch.cond cannot capture it: {first_line(error)}"
         site.abandon(tracer, "continuation", attempt, reason)
+        return None
+    if outer.changed is not None:
+        site.abandon(tracer, "continuation", attempt, _changed_outside(outer.changed))
         return None
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
@@ -194,11 +199,13 @@ def _given_back(
             cond_layout.pin_operands(tracer.output.graph, cond, versions)
         if returned and not aliasing.record(tracer, site, aliasing.fakes(result), returned):
             return "this torch release cannot check how its results alias", None
-        return None, cond_results.layouts(tracer.output, conds)
+        layouts = cond_results.layouts(tracer.output, conds)
+        cond_results.read_bases_directly(tracer.output, conds)
+        return None, layouts
     except (AttributeError, KeyError, NotImplementedError) as error:
         return f"this torch release is not supported ({error})", None
     except cond_layout.Unpinnable as error:
-        return f"TorchInductor could not run the torch.cond: {error}", None
+        return f"its operands' layout cannot be pinned for TorchInductor: {error}", None
     except cond_results.NotLaidOut as error:
         return f"a result cannot be given back laid out as the original's: {error}", None
 
@@ -217,6 +224,14 @@ _SHARED = (
     "two of its results share memory (one tensor twice, or a view of another): "
     "torch.cond returns a copy of each"
 )
+
+
+def _changed_outside(change: str) -> str:
+    """Why a branch changing what was made before the site keeps the break."""
+    return (
+        f"a branch {change}, which TorchDynamo does not put back for the other branch "
+        "or keeps only in part (runtime/outer_state.py)"
+    )
 
 
 def _cond_handler() -> Any:
