@@ -119,7 +119,8 @@ def _made_in_this_branch(item: Any) -> bool:
     it needs no putting back)."""
     from torch._dynamo.variables.base import is_side_effect_safe
 
-    mutation = getattr(item, "mutation_type", None)
+    # 2.5 names it mutable_local: without it, every store there was taken for an outer one
+    mutation = getattr(item, "mutation_type", None) or getattr(item, "mutable_local", None)
     return mutation is not None and is_side_effect_safe(mutation)
 
 
