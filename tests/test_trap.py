@@ -585,3 +585,40 @@ def test_a_changing_global_in_a_message_adds_no_graphs(load_both):
             compiled(torch.ones(2))
         graphs.append(counter.frame_count)
     assert graphs[1] <= graphs[0]
+
+
+FAILS_ON_SOME_CALLS = """
+import torch
+
+def f(x):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = None
+    print("before")
+    if (x < 0).all():
+        raise ValueError("negative")
+    return x * 2 if y is None else y
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the lowered guard pulls the code after it into the graph, which reads y, a "
+    "tensor or None after the unmerged if: the graph compiles again for the call whose "
+    "guard fails, where plain compile raises before that code (4 graphs against 3)",
+)
+def test_a_guard_failing_on_some_calls_adds_no_graphs(load_both):
+    plain, mended = load_both(FAILS_ON_SOME_CALLS)
+    x = torch.arange(1.0, 4.0)
+
+    def graphs(function) -> int:
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(function, backend=counter)
+        compiled(x)
+        with pytest.raises(ValueError):
+            compiled(-x)
+        return counter.frame_count
+
+    assert graphs(mended.f) <= graphs(plain.f)
