@@ -60,7 +60,6 @@ class Attempt:
         self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
         self.on_break = len(getattr(tracer.output, _ON_BREAK, ()))
-        self.versions = tensor_versions(self.graph)
 
     def _installed(self) -> tuple[int, int, int]:
         """How many guards and size guards TorchDynamo holds, and how many graph inputs."""
@@ -81,13 +80,14 @@ class Attempt:
             if node not in self.nodes and (target is None or node.target is target)
         ]
 
-    def updated_in_place(self) -> str | None:
+    def updated_in_place(self, versions: dict[Any, int]) -> str | None:
         """The first tensor the attempt updated in place that it did not make (one the
         graph computed before it, or an input or buffer it brought in: a new one's fake
-        tensor starts at version 0), by its node's name; ``None`` if none.  A view
-        shares its base's version counter: updating ``x[0]`` updates ``x``."""
+        tensor starts at version 0), by its node's name; ``None`` if none.  ``versions``:
+        :func:`tensor_versions` taken when the attempt began.  A view shares its base's
+        version counter: updating ``x[0]`` updates ``x``."""
         for node in self.graph.nodes:
-            before = self.versions.get(node, 0 if node.op in _INPUTS else None)
+            before = versions.get(node, 0 if node.op in _INPUTS else None)
             value = node.meta.get("example_value")
             if before is not None and isinstance(value, torch.Tensor) and value._version != before:
                 return node.name
@@ -419,6 +419,7 @@ def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable:
         rewrite = rewrite_variable.as_python_constant()
         arguments = arguments_variable.items
         attempt = Attempt(tracer)
+        versions = tensor_versions(attempt.graph)  # before the branch is traced
         site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(tracer, rewrite, f"this torch release is not supported ({error})")
@@ -436,7 +437,7 @@ def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable:
         site.abandon(tracer, rewrite, attempt, reason)
         return None
     raising = raising_operation(attempt.added())
-    updated = attempt.updated_in_place()
+    updated = attempt.updated_in_place(versions)
     if raising is not None or updated is not None:
         reason = (
             f"a branch {raising}, which raises"
