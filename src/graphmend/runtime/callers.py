@@ -125,7 +125,9 @@ def _tensors_in(
             fake = variable.as_proxy().node.meta.get("example_value")
             if isinstance(fake, torch.Tensor):
                 found.append(fake)
-        held: list[Any] = list(stored.get(variable, {}).values())
+        # 2.13 keys the stored attributes by the variable, 2.5 by its mutable_local
+        keys = (variable, getattr(variable, "mutable_local", None))
+        held: list[Any] = [value for key in keys for value in stored.get(key, {}).values()]
         if isinstance(variable, ConstDictVariable):  # a dict's or a set's keys
             held += [key.vt for key in variable.items if hasattr(key, "vt")]
         VariableTracker.visit(visit, held, seen)
