@@ -1208,25 +1208,119 @@ def clamp(x):
         x = x.abs()
     return x
 
+def pick(x):
+    if x.sum() > 0:
+        scale = None
+    else:
+        scale = 2.0
+    if scale is None:
+        return x
+    return x * scale
+
 def caller(x):
     y = clamp(x)
     return y * 2 if y is x else y * 3
+
+def compared_by_id(x):
+    y = clamp(x)
+    return y * 2 if id(y) == id(x) else y * 3
+
+def looked_up_by_key(x):
+    table = {x: 2.0}
+    y = clamp(x)
+    return y * table.get(y, 3.0)
+
+def two_calls_compared(x):
+    a = clamp(x)
+    b = clamp(x)
+    return a * 2 if a is b else a * 3
+
+def of_a_computed_tensor(x):
+    t = x * 1
+    y = clamp(t)
+    return y * 2 if y is t else y * 3
+
+def clamp_inside(x):
+    return clamp(x)
+
+def two_calls_down(x):
+    y = clamp_inside(x)
+    return y * 2 if y is x else y * 3
+
+def through_the_continuation(x):
+    y = pick(x)
+    return y * 2 if y is x else y * 3
+
+class Remembering(torch.nn.Module):
+    def forward(self, x):
+        self.last = x
+        y = clamp(x)
+        return y * 2 if y is self.last else y * 3
+
+class Buffered(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("held", torch.arange(1.0, 5.0))
+
+    def forward(self, x):
+        self.held.copy_(x)
+        y = clamp(self.held)
+        return y * 2 if y is self.held else y * 3
+
+def stored_on_self(x):
+    return Remembering()(x)
+
+def a_buffer_read_again(x):
+    return Buffered()(x)
+
+def computed_then_clamped(x):
+    y = clamp(x * 2)
+    return y + 1
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the site's function returns the merged x; its caller, inlined in the same "
-    "graph, compares it by identity with its own x, which no analysis of clamp sees and "
-    "TorchDynamo decides while tracing (a constant False, where the original's is True)",
+@pytest.mark.parametrize(
+    "name",
+    [
+        "caller",
+        "compared_by_id",
+        "looked_up_by_key",
+        "two_calls_compared",
+        "of_a_computed_tensor",
+        "two_calls_down",
+        "through_the_continuation",
+        "stored_on_self",
+        "a_buffer_read_again",
+    ],
 )
-def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_both):
+def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_both, name):
+    # `def clamp(x): if x.sum() > 0: x = x.abs(); return x` returns the caller's x itself
+    # when the branch does not run; a merged x is a new tensor.  A caller inlined in the
+    # same graph that holds or can reach x (its locals, `self.last = x`, a buffer it can
+    # read again, an earlier call's result) may compare by identity (`y is x`, `id()`, a
+    # dict key), which TorchDynamo decides while tracing: the site keeps its break
+    # (runtime/callers.py), under T1 and under the continuation (`pick`) alike.
     plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
-    x = -torch.arange(1.0, 5.0)  # the branch does not run: clamp returns x itself
-    torch._dynamo.reset()
-    with torch.no_grad():
-        compiled = torch.compile(rewritten.caller, backend="eager")
-        assert same(compiled(x), plain.caller(x))
+    for sign in (1.0, -1.0):
+        x = sign * torch.arange(1.0, 5.0)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            compiled = torch.compile(getattr(rewritten, name), backend="eager")
+            assert same(compiled(x), getattr(plain, name)(x.clone()))
+
+
+def test_a_merge_no_caller_can_tell_apart_is_kept(load_both):
+    # The caller holds no tensor a branch gives (`clamp(x * 2)`: the product is only
+    # clamp's): the merge stays, in one graph.
+    plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
+    for sign in (1.0, -1.0):
+        x = sign * torch.arange(1.0, 5.0)
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        with torch.no_grad():
+            result = torch.compile(rewritten.computed_then_clamped, backend=counter)(x)
+        assert torch.equal(result, plain.computed_then_clamped(x))
+        assert counter.frame_count == 1
 
 
 @pytest.mark.parametrize("name", ["viewed_or_not", "version_of_a_merged_value"])

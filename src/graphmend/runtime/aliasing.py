@@ -19,7 +19,12 @@ reading the other, or by getting both:
   element (``a = t; b = t``, in one site or two): the original returns one tensor
   twice, and the caller's update of one shows in the other.
 
-Neither can be seen at the site, so :func:`watch` records what it merged, and
+A fourth way is decided while tracing, not at the end: a caller inlined in the same
+graph comparing what the site's function returns by identity with a tensor it holds
+(``y = clamp(x); y is x``); :func:`record` declines where a caller could reach a
+branch's tensor at all (:mod:`graphmend.runtime.callers`).
+
+The first three cannot be seen at the site, so :func:`watch` records what it merged, and
 when TorchDynamo is about to compile the graph each record is checked.  A merge
 the program could tell apart restarts the frame's analysis with the site running
 its original code (:meth:`attempts.Site.keep_break`), and its graph break.  The
@@ -38,7 +43,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from graphmend.runtime import attempts, cond_results
+from graphmend.runtime import attempts, callers, cond_results
 from graphmend.runtime.asking import ask_tracer
 
 
@@ -235,13 +240,40 @@ def record(
     program cannot tell ``merged`` from ``branches`` (fake tensors; with ``paired``,
     the two branch tensors of each merged one in turn, else any branch tensor may stand
     for any merged one); False where that cannot be checked (an inference tensor's
-    version, an internal missing)."""
+    version, an internal missing, or a caller in the graph that could compare a branch's
+    tensor with a merged one by identity, :func:`_callers_may_compare`)."""
+    try:
+        reachable = callers.reachable(tracer)
+    except AttributeError:
+        return False
+    if reachable is not None and _callers_may_compare(tracer, site, branches, reachable):
+        return False
     try:
         versions = [tensor._version for tensor in (*merged, *branches)]
         merge = _Merge(site, merged, branches, versions, tracer.output, paired)
         attempts.check_before_compiling(tracer.output, merge)
     except (AttributeError, RuntimeError):
         return False
+    return True
+
+
+def _callers_may_compare(
+    tracer: Any, site: attempts.Site, branches: list[torch.Tensor], reachable: list[torch.Tensor]
+) -> bool:
+    """Restart the analysis, the site keeping its break (:meth:`attempts.Site.keep_break`),
+    if a caller of the site's function, traced in the same graph, could reach a tensor a
+    branch gives, or one sharing its memory (``reachable``, :func:`callers.reachable`; a
+    merge made elsewhere stands for what its branches give): it could tell the merged
+    tensor from it by identity, which TorchDynamo decides while tracing (``y = clamp(x);
+    y is x``).  True where the restart is refused (too many restarts)."""
+    peers = _merges(tracer.output)
+    theirs = _storages(_standing_for(reachable, peers))
+    if not _storages(_standing_for(branches, peers)) & theirs:
+        return False
+    site.keep_break(
+        "a caller traced in the same graph holds, or can reach, a tensor a branch gives: it "
+        "could tell the merged tensor from it by identity (`y is x`, a dict key)"
+    )
     return True
 
 
