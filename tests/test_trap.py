@@ -557,34 +557,60 @@ def test_guards_on_metadata_alone_are_not_candidates():
     )
 
 
-@pytest.mark.xfail(
-    not _KEEPS_NUMBER_MESSAGES,  # torch 2.5: a guard whose message formats a number keeps its break
-    strict=True,
-    reason="a message reading a module global that changes between calls guards on its "
-    "value: the frame compiles again for every value (attempts.Attempt.pinned_number does "
-    "not follow globals, so that constants such as math.pi keep their gains), where plain "
-    "compile reads it only when the guard fails",
-)
+CHANGING_GLOBALS = """
+import math
+import types
+import torch
+STEP = 0
+STATE = types.SimpleNamespace(epoch=0)
+def f(x):
+    y = x * 2
+    if (y > 100).any():
+        raise ValueError(f"at step {STEP!r:>3}, epoch {STATE.epoch}, pi {math.pi:.2f}")
+    return y
+"""
+
+
 def test_a_changing_global_in_a_message_adds_no_graphs(load_both):
-    plain, mended = load_both("""
-        import torch
-        STEP = 0
-        def f(x):
-            y = x * 2
-            if (y > 100).any():
-                raise ValueError(f"at step {STEP}")
-            return y
-    """)
-    graphs = []
+    """A message's globals (and their attributes) are read when the guard fires, as the
+    original reads them: read while tracing, each new value compiled the frame again."""
+    plain, mended = load_both(CHANGING_GLOBALS)
+    graphs, errors = [], []
     for module in (plain, mended):
         torch._dynamo.reset()
         counter = CompileCounter()
         compiled = torch.compile(module.f, backend=counter)
         for step in range(6):
-            module.STEP = step
+            module.STEP, module.STATE.epoch = step, step * 10
             compiled(torch.ones(2))
+        module.STEP, module.STATE.epoch = "last", 99
+        errors.append(_outcome(compiled, torch.full((2,), 1000.0)))
         graphs.append(counter.frame_count)
+    assert errors[1] == errors[0] == (ValueError, "at step 'last', epoch 99, pi 3.14")
     assert graphs[1] <= graphs[0]
+    module.STEP = 0
+    assert compile_and_run(mended.f, torch.ones(2), fullgraph=True).graphs == 1  # lowered
+
+
+def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
+    """Unbound when the guard fires: NameError, as the original's f-string raises."""
+    plain, mended = load_both("""
+        import torch
+        def f(x):
+            if (x > 100).any():
+                raise ValueError(f"limit {LIMIT} and {len}")
+            return x
+    """)
+    outcomes = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend="eager")
+        compiled(torch.ones(2))
+        error = _outcome(compiled, torch.full((2,), 1000.0))
+        module.LIMIT = 100
+        outcomes.append((error, _outcome(compiled, torch.full((2,), 1000.0))))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0][0] == (NameError, "name 'LIMIT' is not defined")
 
 
 FAILS_ON_SOME_CALLS = """

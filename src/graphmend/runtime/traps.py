@@ -21,8 +21,9 @@ operation in the graph that raises when the condition holds:
 
 The message may only hold values known at trace time (shapes, dtypes, Python
 values): text is formatted then, numbers travel into the graph and are
-formatted by the kernel.  A message that needs tensor data keeps the original
-graph break.
+formatted by the kernel; module globals the message reads are read and formatted
+by the kernel, when the guard fires.  A message that needs tensor data keeps the
+original graph break.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support
+from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import keep_numbers_unpinned, open_site
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
@@ -85,6 +87,56 @@ def text(value: Any, conversion: int, spec: str) -> Piece | None:
     if not formattable_now(value):
         return None
     return _template_safe(format_now(value, conversion, spec))
+
+
+def global_text(path: str, conversion: int, spec: str) -> Piece | None:
+    """A field of a guard's message that reads a module global (``{STEP}``, ``{math.pi}``:
+    ``path`` is the name and the attributes read of it): read and formatted by the kernel
+    when the guard fires, as the original reads it only when it raises.  Read while
+    tracing, TorchDynamo would guard on its value, and the frame compile again for every
+    value it takes.  What the graph changes before the guard fires cannot have changed it:
+    while Python state changes or inputs updated in place wait for the end of the graph,
+    the guard keeps its break (:func:`lower_guard`).  ``None`` where the calling function's
+    globals cannot be found.
+    """
+    key = ask_tracer(_register_caller_globals, None)
+    if key is None:
+        return None
+    return f"global:{key}:{path}:{conversion}:{spec}", []
+
+
+#: The globals of the functions whose guards' messages read them (:func:`global_text`),
+#: by ``id``; held so that the key stays theirs.
+_NAMESPACES: dict[int, dict[str, Any]] = {}
+
+
+def _register_caller_globals(tracer: Any) -> int | None:
+    """Asked while TorchDynamo traces :func:`global_text`: the key of the globals of the
+    function that called it, registered in :data:`_NAMESPACES`."""
+    namespace = getattr(getattr(tracer, "parent", None), "f_globals", None)
+    if type(namespace) is not dict:
+        return None
+    _NAMESPACES[id(namespace)] = namespace
+    return id(namespace)
+
+
+def _read_global(key: int, path: str) -> Any:
+    """The value ``path`` names in the registered globals ``key`` (a builtin where the
+    module binds no such name), read as the original reads it; ``NameError`` where it is
+    bound nowhere."""
+    name, *attributes = path.split(".")
+    namespace = _NAMESPACES[key]
+    if name in namespace:
+        value = namespace[name]
+    else:
+        builtins = namespace.get("__builtins__", __builtins__)
+        builtins = builtins if isinstance(builtins, dict) else vars(builtins)
+        if name not in builtins:
+            raise NameError(f"name '{name}' is not defined")
+        value = builtins[name]
+    for attribute in attributes:
+        value = getattr(value, attribute)
+    return value
 
 
 def _template_safe(piece: str) -> str | None:
@@ -153,6 +205,10 @@ def _decode(template: str, ints: list[int], floats: list[float], bools: list[boo
     for encoded in template.split(_SEPARATOR) if template else []:
         if encoded[0] == "s":
             parts.append(encoded[1:])
+            continue
+        if encoded.startswith("vglobal:"):
+            key, path, conversion, spec = encoded.removeprefix("vglobal:").split(":", 3)
+            parts.append(format_now(_read_global(int(key), path), int(conversion), spec))
             continue
         kind, codes, conversion, spec = encoded[1:].split(":", 3)
         values = [next(remaining[code]) for code in codes]
