@@ -41,11 +41,20 @@ from graphmend.notices import warn
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.attempts import keep_numbers_unpinned, open_site
+from graphmend.runtime.attempts import (
+    Site,
+    check_before_compiling,
+    first_line,
+    guarded_locals,
+    keep_numbers_unpinned,
+    last_opened_site,
+    on_trace_error,
+    open_site,
+)
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.deferral import effects_pending
-from graphmend.runtime.fallbacks import declined
+from graphmend.runtime.fallbacks import declined, resumes_after_break
 from graphmend.runtime.formatting import (
     assume_constant_result,
     format_now,
@@ -323,7 +332,50 @@ def lower_guard(
         torch.ops.graphmend.raise_if(
             fires, path, template, ints, carried, bools, has_message, where
         )
+    ask_tracer(_watch_code_after, None)
     return True
+
+
+def _watch_code_after(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`lower_guard`, once the guard is in the graph.
+
+    The code after the guard is traced into the same graph, for every call, those whose
+    guard fails included, where the original raises before that code: the site keeps its
+    break (:meth:`attempts.Site.keep_break`) where
+
+    * tracing that code fails (``x.view(2, -1)`` of 5 elements, when the guard fails for
+      odd sizes): the compile failed with ``TorchRuntimeError`` where plain compile raises
+      the guard's exception;
+    * in the rest of a function resumed after a graph break, that code guards on a local
+      nothing before the guard did: there the function's own values are the frame's
+      locals, whose types and sizes follow the data it branched on (a local that is a
+      tensor or ``None`` after an ``if`` on a tensor), as the guard's condition does, and a
+      call the guard fails would compile the frame again, where plain compile raises.
+    """
+    output = tracer.output
+    site = last_opened_site(output)
+    if site is None or site.one_graph:
+        return
+    on_trace_error(output, lambda error: _keep_break_after_error(site, error))
+    if resumes_after_break(output.root_tx.f_code.co_name):
+        before = guarded_locals(output)
+        check_before_compiling(output, lambda _: _keep_locals_unguarded(site, output, before))
+
+
+def _keep_break_after_error(site: Site, error: BaseException) -> None:
+    site.keep_break(
+        f"the code after it cannot be traced for these inputs ({first_line(error)}), "
+        "where the original runs it only when the guard passes"
+    )
+
+
+def _keep_locals_unguarded(site: Site, output: Any, before: set[str]) -> None:
+    later = sorted(guarded_locals(output) - before)
+    if later:
+        site.keep_break(
+            f"the code after it guards on {later[0]}, which the function computed before "
+            "a graph break: a call the guard fails would compile the frame again"
+        )
 
 
 #: From this torch release on, TorchInductor keeps an operator marked with
