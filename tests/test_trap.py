@@ -592,6 +592,35 @@ def test_a_changing_global_in_a_message_adds_no_graphs(load_both):
     assert compile_and_run(mended.f, torch.ones(2), fullgraph=True).graphs == 1  # lowered
 
 
+def test_a_changing_global_given_as_the_message_adds_no_graphs(load_both):
+    """raise ValueError(MESSAGE): the exception is given the global's value when the guard
+    fires, whatever its type, as the original; read while tracing, each value compiled
+    the frame again (4 graphs against 2)."""
+    plain, mended = load_both("""
+        import torch
+        MESSAGE = "bad"
+        def f(x):
+            if (x < 0).all():
+                raise ValueError(MESSAGE)
+            return x * 2
+    """)
+    graphs, errors = [], []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.f, backend=counter)
+        for step in range(4):
+            module.MESSAGE = f"bad {step}"
+            compiled(torch.ones(2))
+        module.MESSAGE = ("bad", 7)
+        with pytest.raises(ValueError) as raised:
+            compiled(-torch.ones(2))
+        errors.append(raised.value.args)
+        graphs.append(counter.frame_count)
+    assert errors[1] == errors[0] == (("bad", 7),)
+    assert graphs[1] <= graphs[0]
+
+
 def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
     """Unbound when the guard fires: NameError, as the original's f-string raises."""
     plain, mended = load_both("""

@@ -55,6 +55,7 @@ from graphmend.rewrites.common import (
 from graphmend.rewrites.conditions import ConditionTranslator, test_to_evaluate_again
 
 _SEPARATOR = "\x1f"  # see graphmend.runtime.traps
+_AS_GIVEN = 0  # graphmend.runtime.traps.AS_GIVEN: the exception's argument is the value
 _SAFE_METHODS = frozenset({"size", "dim", "numel"})
 
 
@@ -360,6 +361,10 @@ class _Message:
             return []
         if isinstance(message, ast.Constant) and isinstance(message.value, str):
             return [self._literal(message.value)]
+        path = self._global_path(message)
+        if path is not None:  # raise E(MESSAGE): the global itself, read when it fires
+            field = (ast.Constant(_AS_GIVEN), ast.Constant(""))
+            return [runtime_call("global_text", ast.Constant(path), *field)]
         if isinstance(message, ast.Name):
             return [runtime_call("exact_text", self._value(message))]
         if not isinstance(message, ast.JoinedStr):

@@ -207,6 +207,21 @@ def _encode(pieces: list[Piece]) -> tuple[str, list[int], list[float], list[bool
     return _SEPARATOR.join(template), numbers["i"], numbers["f"], numbers["b"]
 
 
+#: The conversion of a :func:`global_text` field that is the whole message
+#: (``raise E(MESSAGE)``): the exception is given the global's value itself, as the original.
+AS_GIVEN = 0
+
+
+def _argument(template: str, ints: list[int], floats: list[float], bools: list[bool]) -> Any:
+    """The exception's argument: the message :func:`_decode` builds, or the value of the
+    global that is the whole message (``raise E(MESSAGE)``), whatever its type."""
+    if template.startswith("vglobal:") and _SEPARATOR not in template:
+        key, path, conversion, _ = template.removeprefix("vglobal:").split(":", 3)
+        if int(conversion) == AS_GIVEN:
+            return _read_global(int(key), path)
+    return _decode(template, ints, floats, bools)
+
+
 def _decode(template: str, ints: list[int], floats: list[float], bools: list[bool]) -> str:
     """The message :func:`_encode` describes, with the numbers' run-time values."""
     remaining = {"i": iter(ints), "f": iter(floats), "b": iter(bools)}
@@ -477,7 +492,7 @@ def _raise_if(
         return
     exception_class = _exception_class(exception) or RuntimeError
     if has_message:
-        _raise_at(exception_class(_decode(template, ints, floats.tolist(), bools)), where)
+        _raise_at(exception_class(_argument(template, ints, floats.tolist(), bools)), where)
     _raise_at(exception_class(), where)
 
 
