@@ -18,7 +18,9 @@ The eager path is the original statement.  Asserts sit under ``if __debug__:``
 so that ``python -O`` removes them, rewritten or not.  The message is built at
 trace time, so it may only use expressions that cannot fail or change
 anything: names, constants, shapes, dtypes, ``len()``, ``x.size()``, and ``tuple()`` or
-``list()`` of those.
+``list()`` of those.  A field that reads a module global, or attributes of one
+(``{STEP}``, ``{config.epoch}``), is read when the guard fires instead, as the original
+reads it (``@gm_rt.global_text``).
 
 An assert that cannot be lowered stays an assert, ``assert @gm_rt.not_(@gm_cond1), msg``,
 which TorchDynamo turns into ``torch._assert_async`` itself when the message is
@@ -53,6 +55,7 @@ from graphmend.rewrites.common import (
 from graphmend.rewrites.conditions import ConditionTranslator, test_to_evaluate_again
 
 _SEPARATOR = "\x1f"  # see graphmend.runtime.traps
+_AS_GIVEN = 0  # graphmend.runtime.traps.AS_GIVEN: the exception's argument is the value
 _SAFE_METHODS = frozenset({"size", "dim", "numel"})
 
 
@@ -358,6 +361,10 @@ class _Message:
             return []
         if isinstance(message, ast.Constant) and isinstance(message.value, str):
             return [self._literal(message.value)]
+        path = self._global_path(message)
+        if path is not None:  # raise E(MESSAGE): the global itself, read when it fires
+            field = (ast.Constant(_AS_GIVEN), ast.Constant(""))
+            return [runtime_call("global_text", ast.Constant(path), *field)]
         if isinstance(message, ast.Name):
             return [runtime_call("exact_text", self._value(message))]
         if not isinstance(message, ast.JoinedStr):
@@ -369,16 +376,30 @@ class _Message:
                 continue
             assert isinstance(part, ast.FormattedValue)
             spec_text = literal_format_spec(part.format_spec)
+            field = (ast.Constant(part.conversion), ast.Constant(spec_text))
+            path = self._global_path(part.value)
+            if path is not None:
+                parts.append(runtime_call("global_text", ast.Constant(path), *field))
+                continue
             self.formats_names |= _is_name_or_names(part.value)
-            parts.append(
-                runtime_call(
-                    "text",
-                    self._value(part.value),
-                    ast.Constant(part.conversion),
-                    ast.Constant(spec_text),
-                )
-            )
+            parts.append(runtime_call("text", self._value(part.value), *field))
         return parts
+
+    def _global_path(self, expr: ast.expr) -> str | None:
+        """``expr`` as ``name.attribute...`` where it reads a module global, and the
+        attributes of it (``STEP``, ``math.pi``), else ``None``.  Such a field is read when
+        the guard fires (``@gm_rt.global_text``), as the original reads it: read while
+        tracing, TorchDynamo would guard on its value, which any module may change between
+        calls (``module.STEP = 3``), and the frame compile again for every value."""
+        attributes: list[str] = []
+        while isinstance(expr, ast.Attribute):
+            attributes.insert(0, mangled(expr.attr, self.class_name))
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        if self.scopes.resolve(expr.id, self.functions) is Resolution.LOCAL:
+            return None
+        return ".".join([expr.id, *attributes])
 
     @staticmethod
     def _literal(text: str) -> ast.Constant:

@@ -42,6 +42,7 @@ from graphmend.runtime.selection import assign_item, branch
 from graphmend.runtime.tracing import tracing
 from graphmend.runtime.traps import (
     exact_text,
+    global_text,
     lower_guard,
     lowerable,
     names_formattable,
@@ -65,6 +66,7 @@ __all__ = [
     "equal",
     "exact_text",
     "formattable",
+    "global_text",
     "graph_started",
     "host_value",
     "is_scalar_tensor",

@@ -60,6 +60,7 @@ class Attempt:
         self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
         self.on_break = len(getattr(tracer.output, _ON_BREAK, ()))
+        self.on_error = len(getattr(tracer.output, _ON_ERROR, ()))
 
     def _installed(self) -> tuple[int, int, int]:
         """How many guards and size guards TorchDynamo holds, and how many graph inputs."""
@@ -101,6 +102,7 @@ class Attempt:
         del self.tracer.debug_locals[self.deferred :]
         del getattr(self.tracer.output, _CHECKS, [])[self.checks :]
         del getattr(self.tracer.output, _ON_BREAK, [])[self.on_break :]
+        del getattr(self.tracer.output, _ON_ERROR, [])[self.on_error :]
 
     def _valued_sources(self) -> dict[str, Any]:
         """The sources (by name) whose values TorchDynamo guards on."""
@@ -194,6 +196,9 @@ _CHECKS = "graphmend_checks_before_compiling"
 #: The attribute of the ``OutputGraph`` being traced that lists what to call when it
 #: breaks (:func:`on_graph_break`).
 _ON_BREAK = "graphmend_on_graph_break"
+#: The attribute of the ``OutputGraph`` being traced that lists what to call when tracing
+#: fails (:func:`on_trace_error`).
+_ON_ERROR = "graphmend_on_trace_error"
 #: The attribute of a site's runtime function's tracer that holds its :class:`Site`.
 _OPENED = "graphmend_opened_site"
 #: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
@@ -329,6 +334,25 @@ def _keep_numbers_unpinned(tracer: Any) -> None:
         site.keep_numbers_unpinned(site.opened)
 
 
+def last_opened_site(output: Any) -> Site | None:
+    """The site opened last (:func:`open_site`) in the graph ``output`` traces."""
+    return getattr(output, _LAST_OPENED, None)
+
+
+def guarded_locals(output: Any) -> set[str]:
+    """The frame's locals TorchDynamo guards on (by name), or on a part of, so far."""
+    from torch._dynamo.source import LocalSource
+
+    names = set()
+    for guard in output.guards:
+        source = guard.originating_source
+        while getattr(source, "base", None) is not None:
+            source = source.base
+        if isinstance(source, LocalSource):
+            names.add(source.local_name)
+    return names
+
+
 def opened_site(caller: Any) -> Site | None:
     """The site the runtime function ``caller`` (its tracer) opened with :func:`open_site`."""
     return getattr(caller, _OPENED, None)
@@ -381,6 +405,38 @@ def on_graph_break(output: Any, callback: Callable[[], None]) -> None:
 
         output.compile_subgraph = compile_subgraph_after_callbacks
         setattr(output, _ON_BREAK, callbacks)
+    callbacks.append(callback)
+
+
+def on_trace_error(output: Any, callback: Callable[[BaseException], None]) -> None:
+    """Call ``callback`` with the error when tracing the frame ``output`` belongs to fails
+    with one that fails its compile (not TorchDynamo's own control flow, nor a graph break
+    it handles: a fake tensor call that fails, ``TorchRuntimeError``); callbacks added
+    later are called first, and one may restart the analysis (:meth:`Site.keep_break`).
+    An attempt's undo drops the callbacks it added.
+
+    The root translator's ``step`` is wrapped, on the one translator (an internal of the
+    releases GraphMend is tested with); raises ``AttributeError`` where it is missing."""
+    callbacks = getattr(output, _ON_ERROR, None)
+    if callbacks is None:
+        from torch._dynamo import exc
+
+        root = output.root_tx
+        step = root.step
+        callbacks = []
+
+        def step_or_callbacks() -> Any:
+            try:
+                return step()
+            except (*tracer_control(), exc.Unsupported):
+                raise
+            except Exception as error:
+                for each in reversed(callbacks):
+                    each(error)
+                raise
+
+        root.step = step_or_callbacks
+        setattr(output, _ON_ERROR, callbacks)
     callbacks.append(callback)
 
 

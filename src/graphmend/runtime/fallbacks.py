@@ -112,6 +112,11 @@ def record_at(tracer: Any, rewrite: str, reason: str) -> None:
         _log(fallback)
 
 
+def resumes_after_break(name: str) -> bool:
+    """Whether ``name`` is one TorchDynamo gives the rest of a function after a break."""
+    return _RESUMED.match(name) is not None
+
+
 def user_function(name: str) -> str:
     """The user's name for a function TorchDynamo resumed after a break, else ``name``."""
     return _RESUMED.sub(r"\1", name)

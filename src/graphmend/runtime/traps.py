@@ -21,8 +21,9 @@ operation in the graph that raises when the condition holds:
 
 The message may only hold values known at trace time (shapes, dtypes, Python
 values): text is formatted then, numbers travel into the graph and are
-formatted by the kernel.  A message that needs tensor data keeps the original
-graph break.
+formatted by the kernel; module globals the message reads are read and formatted
+by the kernel, when the guard fires.  A message that needs tensor data keeps the
+original graph break.
 """
 
 from __future__ import annotations
@@ -39,11 +40,21 @@ from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support
-from graphmend.runtime.attempts import keep_numbers_unpinned, open_site
+from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.attempts import (
+    Site,
+    check_before_compiling,
+    first_line,
+    guarded_locals,
+    keep_numbers_unpinned,
+    last_opened_site,
+    on_trace_error,
+    open_site,
+)
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.deferral import effects_pending
-from graphmend.runtime.fallbacks import declined
+from graphmend.runtime.fallbacks import declined, resumes_after_break
 from graphmend.runtime.formatting import (
     assume_constant_result,
     format_now,
@@ -85,6 +96,56 @@ def text(value: Any, conversion: int, spec: str) -> Piece | None:
     if not formattable_now(value):
         return None
     return _template_safe(format_now(value, conversion, spec))
+
+
+def global_text(path: str, conversion: int, spec: str) -> Piece | None:
+    """A field of a guard's message that reads a module global (``{STEP}``, ``{math.pi}``:
+    ``path`` is the name and the attributes read of it): read and formatted by the kernel
+    when the guard fires, as the original reads it only when it raises.  Read while
+    tracing, TorchDynamo would guard on its value, and the frame compile again for every
+    value it takes.  What the graph changes before the guard fires cannot have changed it:
+    while Python state changes or inputs updated in place wait for the end of the graph,
+    the guard keeps its break (:func:`lower_guard`).  ``None`` where the calling function's
+    globals cannot be found.
+    """
+    key = ask_tracer(_register_caller_globals, None)
+    if key is None:
+        return None
+    return f"global:{key}:{path}:{conversion}:{spec}", []
+
+
+#: The globals of the functions whose guards' messages read them (:func:`global_text`),
+#: by ``id``; held so that the key stays theirs.
+_NAMESPACES: dict[int, dict[str, Any]] = {}
+
+
+def _register_caller_globals(tracer: Any) -> int | None:
+    """Asked while TorchDynamo traces :func:`global_text`: the key of the globals of the
+    function that called it, registered in :data:`_NAMESPACES`."""
+    namespace = getattr(getattr(tracer, "parent", None), "f_globals", None)
+    if type(namespace) is not dict:
+        return None
+    _NAMESPACES[id(namespace)] = namespace
+    return id(namespace)
+
+
+def _read_global(key: int, path: str) -> Any:
+    """The value ``path`` names in the registered globals ``key`` (a builtin where the
+    module binds no such name), read as the original reads it; ``NameError`` where it is
+    bound nowhere."""
+    name, *attributes = path.split(".")
+    namespace = _NAMESPACES[key]
+    if name in namespace:
+        value = namespace[name]
+    else:
+        builtins = namespace.get("__builtins__", __builtins__)
+        builtins = builtins if isinstance(builtins, dict) else vars(builtins)
+        if name not in builtins:
+            raise NameError(f"name '{name}' is not defined")
+        value = builtins[name]
+    for attribute in attributes:
+        value = getattr(value, attribute)
+    return value
 
 
 def _template_safe(piece: str) -> str | None:
@@ -146,6 +207,21 @@ def _encode(pieces: list[Piece]) -> tuple[str, list[int], list[float], list[bool
     return _SEPARATOR.join(template), numbers["i"], numbers["f"], numbers["b"]
 
 
+#: The conversion of a :func:`global_text` field that is the whole message
+#: (``raise E(MESSAGE)``): the exception is given the global's value itself, as the original.
+AS_GIVEN = 0
+
+
+def _argument(template: str, ints: list[int], floats: list[float], bools: list[bool]) -> Any:
+    """The exception's argument: the message :func:`_decode` builds, or the value of the
+    global that is the whole message (``raise E(MESSAGE)``), whatever its type."""
+    if template.startswith("vglobal:") and _SEPARATOR not in template:
+        key, path, conversion, _ = template.removeprefix("vglobal:").split(":", 3)
+        if int(conversion) == AS_GIVEN:
+            return _read_global(int(key), path)
+    return _decode(template, ints, floats, bools)
+
+
 def _decode(template: str, ints: list[int], floats: list[float], bools: list[bool]) -> str:
     """The message :func:`_encode` describes, with the numbers' run-time values."""
     remaining = {"i": iter(ints), "f": iter(floats), "b": iter(bools)}
@@ -153,6 +229,10 @@ def _decode(template: str, ints: list[int], floats: list[float], bools: list[boo
     for encoded in template.split(_SEPARATOR) if template else []:
         if encoded[0] == "s":
             parts.append(encoded[1:])
+            continue
+        if encoded.startswith("vglobal:"):
+            key, path, conversion, spec = encoded.removeprefix("vglobal:").split(":", 3)
+            parts.append(format_now(_read_global(int(key), path), int(conversion), spec))
             continue
         kind, codes, conversion, spec = encoded[1:].split(":", 3)
         values = [next(remaining[code]) for code in codes]
@@ -267,7 +347,50 @@ def lower_guard(
         torch.ops.graphmend.raise_if(
             fires, path, template, ints, carried, bools, has_message, where
         )
+    ask_tracer(_watch_code_after, None)
     return True
+
+
+def _watch_code_after(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`lower_guard`, once the guard is in the graph.
+
+    The code after the guard is traced into the same graph, for every call, those whose
+    guard fails included, where the original raises before that code: the site keeps its
+    break (:meth:`attempts.Site.keep_break`) where
+
+    * tracing that code fails (``x.view(2, -1)`` of 5 elements, when the guard fails for
+      odd sizes): the compile failed with ``TorchRuntimeError`` where plain compile raises
+      the guard's exception;
+    * in the rest of a function resumed after a graph break, that code guards on a local
+      nothing before the guard did: there the function's own values are the frame's
+      locals, whose types and sizes follow the data it branched on (a local that is a
+      tensor or ``None`` after an ``if`` on a tensor), as the guard's condition does, and a
+      call the guard fails would compile the frame again, where plain compile raises.
+    """
+    output = tracer.output
+    site = last_opened_site(output)
+    if site is None or site.one_graph:
+        return
+    on_trace_error(output, lambda error: _keep_break_after_error(site, error))
+    if resumes_after_break(output.root_tx.f_code.co_name):
+        before = guarded_locals(output)
+        check_before_compiling(output, lambda _: _keep_locals_unguarded(site, output, before))
+
+
+def _keep_break_after_error(site: Site, error: BaseException) -> None:
+    site.keep_break(
+        f"the code after it cannot be traced for these inputs ({first_line(error)}), "
+        "where the original runs it only when the guard passes"
+    )
+
+
+def _keep_locals_unguarded(site: Site, output: Any, before: set[str]) -> None:
+    later = sorted(guarded_locals(output) - before)
+    if later:
+        site.keep_break(
+            f"the code after it guards on {later[0]}, which the function computed before "
+            "a graph break: a call the guard fails would compile the frame again"
+        )
 
 
 #: From this torch release on, TorchInductor keeps an operator marked with
@@ -369,7 +492,7 @@ def _raise_if(
         return
     exception_class = _exception_class(exception) or RuntimeError
     if has_message:
-        _raise_at(exception_class(_decode(template, ints, floats.tolist(), bools)), where)
+        _raise_at(exception_class(_argument(template, ints, floats.tolist(), bools)), where)
     _raise_at(exception_class(), where)
 
 
