@@ -14,10 +14,13 @@ token ids: greedy ``generate`` (6 new tokens) with a padded attention mask
 compiled first (one compiled forward for both) and then eagerly.  Per input
 set it records the generated ids, the graphs compiled (``CompileCounter``
 frame count), the recompiles (Dynamo's "recompiles" log), graph breaks, and
-any exception, warning, log record or printed text.  Everything but the
-timings must be the same in both arms, and the ids the same as eager.
+any exception, warning, log record or printed text, and the ``torch.cond``
+calls in the graphs (where GraphMend's rewrites ran).  Everything but the
+``torch.cond`` calls must be the same in both arms, and the ids and scores
+the same as eager.
 
-    python bench/generate_sweep.py TYPE ... [--backend eager] [--out DIR] [--timeout S]
+    python bench/generate_sweep.py TYPE ... [--backend eager] [--cache static]
+                                   [--out DIR] [--timeout S]
 
 Appends one JSON line per model type to ``DIR/results.jsonl`` (default
 ``/tmp/generate``) and prints a table row per model type.
@@ -39,7 +42,7 @@ from typing import Any
 
 import torch
 
-from inductor_sweep import ARMS, run_subprocess, shared_subject
+from inductor_sweep import ARMS, count_nodes, run_subprocess, shared_subject
 
 NEW_TOKENS, PADDING = 6, 3
 #: Loggers whose warnings a user sees: transformers', torch's, and the root logger.
@@ -74,9 +77,11 @@ def attached(handler: logging.Handler, names: tuple[str, ...]) -> Iterator[None]
             logger.removeHandler(handler)
 
 
-def ready_for_generation(model: Any) -> None:
-    """Token ids a tiny config may lack: decoder start (encoder-decoders) and padding, 0 if none."""
+def ready_for_generation(model: Any, cache: str) -> None:
+    """The cache implementation, and token ids a tiny config may lack (decoder start, padding)."""
     config = model.generation_config
+    if cache != "dynamic":
+        config.cache_implementation = cache
     if config.pad_token_id is None:
         eos = config.eos_token_id
         config.pad_token_id = (eos[0] if isinstance(eos, list) else eos) or 0
@@ -161,6 +166,7 @@ def compiled_runs(model: Any, sets: dict[str, dict], backend: str) -> dict[str, 
                 run["recompiles"] = len(recompiles.messages) - seen
                 run["recompile reasons"] = recompiles.messages[seen:]
                 run["breaks"] = sum(counters["graph_break"].values()) - breaks
+                run["conds"] = count_nodes(counter.graphs[graphs:], "cond")
                 runs[label] = run
     finally:
         model.forward = original
@@ -168,10 +174,10 @@ def compiled_runs(model: Any, sets: dict[str, dict], backend: str) -> dict[str, 
     return runs
 
 
-def run_arm(arm: str, model_type: str, backend: str, folder: Path) -> dict[str, Any]:
+def run_arm(arm: str, model_type: str, backend: str, cache: str, folder: Path) -> dict[str, Any]:
     """One arm in this process: compiled runs first (warnings logged once), then eager ones."""
     subject = shared_subject(arm, model_type, folder)
-    ready_for_generation(subject.model)
+    ready_for_generation(subject.model, cache)
     sets = generation_inputs(subject.model, subject.inputs)
     compiled = compiled_runs(subject.model, sets, backend)
     eager = {label: observed_generate(subject.model, inputs) for label, inputs in sets.items()}
@@ -193,13 +199,15 @@ def differences(plain: dict[str, Any], mended: dict[str, Any]) -> list[str]:
     return found
 
 
-def sweep_model(model_type: str, backend: str, out: Path, timeout: int) -> dict[str, Any]:
+def sweep_model(
+    model_type: str, backend: str, cache: str, out: Path, timeout: int
+) -> dict[str, Any]:
     """Both arms of one model type, then what differs between them."""
-    folder = out / "work" / backend / model_type
+    folder = out / "work" / f"{backend}-{cache}" / model_type
     folder.mkdir(parents=True, exist_ok=True)
-    record: dict[str, Any] = {"model": model_type, "backend": backend}
+    record: dict[str, Any] = {"model": model_type, "backend": backend, "cache": cache}
     for arm in ARMS:
-        arguments = [model_type, backend, str(folder)]
+        arguments = [model_type, backend, cache, str(folder)]
         record[arm] = run_subprocess(arm, arguments, folder, timeout, script=__file__)
         if "status" in record[arm]:
             return record
@@ -227,12 +235,13 @@ def table_row(record: dict[str, Any]) -> str:
 def main() -> None:
     """Sweep the model types given, or run one arm (``--arm``, internal)."""
     if sys.argv[1:2] == ["--arm"]:
-        arm, model_type, backend, folder = sys.argv[2:6]
-        print("\n" + json.dumps(run_arm(arm, model_type, backend, Path(folder))))
+        arm, model_type, backend, cache, folder = sys.argv[2:7]
+        print("\n" + json.dumps(run_arm(arm, model_type, backend, cache, Path(folder))))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("types", nargs="+", help="model types")
     parser.add_argument("--backend", default="eager", help="torch.compile backend (eager)")
+    parser.add_argument("--cache", default="dynamic", help="cache implementation (dynamic)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/generate"))
     parser.add_argument("--timeout", type=int, default=300, help="seconds per arm")
     options = parser.parse_args()
@@ -240,7 +249,9 @@ def main() -> None:
     print("| type | ids equal | graphs plain/GraphMend | recompiles plain/GraphMend | notes |")
     print("| --- | --- | --- | --- | --- |", flush=True)
     for model_type in options.types:
-        record = sweep_model(model_type, options.backend, options.out, options.timeout)
+        record = sweep_model(
+            model_type, options.backend, options.cache, options.out, options.timeout
+        )
         with open(options.out / "results.jsonl", "a") as journal:
             journal.write(json.dumps(record) + "\n")
         print(table_row(record), flush=True)
