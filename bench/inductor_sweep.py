@@ -92,8 +92,12 @@ def measure_dtype(model: Any, inputs: dict[str, torch.Tensor], dtype: str) -> tu
     return run, outputs
 
 
-def run_arm(arm: str, model_type: str, dtypes: list[str], folder: Path) -> dict[str, Any]:
-    """One arm in this process: the plain arm chooses and saves the subject, both measure it."""
+def shared_subject(arm: str, model_type: str, folder: Path) -> Any:
+    """This arm's census subject: GraphMend installed first in its arm, the same weights in both.
+
+    The plain arm chooses the subject and saves its weights and inputs in
+    ``folder``; both arms rebuild it from there (``strict=True``).
+    """
     if arm == "graphmend":
         import graphmend
 
@@ -108,8 +112,13 @@ def run_arm(arm: str, model_type: str, dtypes: list[str], folder: Path) -> dict[
         torch.save(state, folder / "state.pt")
         (folder / "choice.json").write_text(json.dumps(chosen.choice))
     choice = json.loads((folder / "choice.json").read_text())
-    subject = rebuild_subject(model_type, choice, folder / "state.pt")
-    result: dict[str, Any] = {"class": choice["class"]}
+    return rebuild_subject(model_type, choice, folder / "state.pt")
+
+
+def run_arm(arm: str, model_type: str, dtypes: list[str], folder: Path) -> dict[str, Any]:
+    """One arm in this process: the plain arm chooses and saves the subject, both measure it."""
+    subject = shared_subject(arm, model_type, folder)
+    result: dict[str, Any] = {"class": subject.choice["class"]}
     outputs: dict[str, Outputs] = {}
     for dtype in dtypes:
         result[dtype], outputs[dtype] = measure_dtype(subject.model, subject.inputs, dtype)
@@ -157,11 +166,14 @@ def compare(plain: Outputs, mended: Outputs) -> dict[str, dict[str, Any]]:
 
 
 def run_subprocess(
-    arm: str, model_type: str, dtypes: list[str], folder: Path, timeout: int
+    arm: str, arguments: list[str], folder: Path, timeout: int, script: str = __file__
 ) -> dict[str, Any]:
-    """One arm in a fresh interpreter (GraphMend must be installed before transformers)."""
+    """``script --arm ARM ARGUMENTS...`` in a fresh interpreter, its last line read as JSON.
+
+    A fresh interpreter per arm: GraphMend must be installed before transformers is imported.
+    """
     env = {**os.environ, "PYTHONPATH": str(SOURCE), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, __file__, "--arm", arm, model_type, ",".join(dtypes), str(folder)]
+    command = [sys.executable, script, "--arm", arm, *arguments]
     start = time.time()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
@@ -179,7 +191,8 @@ def sweep_model(model_type: str, dtypes: list[str], out: Path, timeout: int) -> 
     folder.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {"model": model_type, "dtypes": dtypes}
     for arm in ARMS:
-        record[arm] = run_subprocess(arm, model_type, dtypes, folder, timeout)
+        arguments = [model_type, ",".join(dtypes), str(folder)]
+        record[arm] = run_subprocess(arm, arguments, folder, timeout)
         if "status" in record[arm]:
             return record
     saved = {arm: torch.load(folder / f"{arm}.pt", weights_only=False) for arm in ARMS}
