@@ -10,7 +10,9 @@ the ones measured:
 * ``import-overhead-VERSION.json`` (``bench/import_overhead.py --json``);
 * ``import-all-VERSION.json`` (``bench/import_all_models.py --json``);
 * ``remote-corpus-VERSION/remote-corpus.json`` (``bench/remote_corpus.py``): real
-  ``trust_remote_code`` model families, the corpus and its baseline.
+  ``trust_remote_code`` model families, the corpus and its baseline;
+* ``inductor-sweep.md`` (``bench/inductor_sweep.py``) and ``generate-sweep.md``
+  (``bench/generate_sweep.py``): the summary written above their tables.
 
     python bench/results_section.py [--readme README.md]
 """
@@ -190,6 +192,17 @@ def import_all_line(path: Path) -> str:
     )
 
 
+def sweep_summary(path: Path) -> list[str]:
+    """The paragraphs of a sweep's write-up between its title and its first table heading."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()[1:]
+    headings = [index for index, line in enumerate(lines) if line.startswith("#")]
+    summary = lines[: headings[0]] if headings else lines
+    link = [f"Tables: [{relative(path)}]({relative(path)}).", ""] if headings else []
+    return [*"\n".join(summary).strip().splitlines(), "", *link]
+
+
 def subsection(title: str, intro: str, body: list[str]) -> list[str]:
     """A titled part of the section, or nothing when there is no result for it."""
     return [f"### {title}", "", intro, "", *body] if body else []
@@ -232,6 +245,20 @@ def render() -> list[str]:
                 *(corpus_families(corpus_reports) if corpora else []),
                 *(line for folder in corpora for line in corpus_section(folder)),
             ],
+        ),
+        *subsection(
+            "Under TorchInductor",
+            "The census and the corpus count breaks with backend `eager`; "
+            "`bench/inductor_sweep.py` runs the compiled models for real under TorchInductor "
+            "(default `torch.compile`), plain and with GraphMend in separate processes with "
+            "the same weights and inputs, in inference.",
+            sweep_summary(RESULTS / "inductor-sweep.md"),
+        ),
+        *subsection(
+            "Generating with a compiled forward",
+            "What a server does with a compiled model: `generate()` decoding step by step "
+            "through a compiled `forward` and its KV cache.",
+            sweep_summary(RESULTS / "generate-sweep.md"),
         ),
         *subsection(
             "Compile time and latency",
