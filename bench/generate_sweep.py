@@ -34,7 +34,6 @@ import hashlib
 import io
 import json
 import logging
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Any
 
 import torch
 
-from inductor_sweep import ARMS, count_nodes, run_subprocess, shared_subject
+from inductor_sweep import ARMS, answer_arm_call, count_nodes, run_subprocess, shared_subject
 
 NEW_TOKENS, PADDING = 6, 3
 #: Loggers whose warnings a user sees: transformers', torch's, and the root logger.
@@ -247,9 +246,7 @@ def table_row(record: dict[str, Any]) -> str:
 
 def main() -> None:
     """Sweep the model types given, or run one arm (``--arm``, internal)."""
-    if sys.argv[1:2] == ["--arm"]:
-        arm, model_type, options, folder = sys.argv[2:6]
-        print("\n" + json.dumps(run_arm(arm, model_type, options.split(","), Path(folder))))
+    if answer_arm_call(run_arm):
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("types", nargs="+", help="model types")

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,16 @@ def run_subprocess(
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall": round(time.time() - start)}
 
 
+def answer_arm_call(run_arm: Callable[[str, str, list[str], Path], dict[str, Any]]) -> bool:
+    """Whether this process is one arm (``--arm ARM TYPE A,B,... FOLDER``, from
+    :func:`run_subprocess`); if so, run it and print its record as the last line."""
+    if sys.argv[1:2] != ["--arm"]:
+        return False
+    arm, model_type, listed, folder = sys.argv[2:6]
+    print("\n" + json.dumps(run_arm(arm, model_type, listed.split(","), Path(folder))))
+    return True
+
+
 def sweep_model(model_type: str, dtypes: list[str], out: Path, timeout: int) -> dict[str, Any]:
     """Both arms of one model type, then the comparison of their outputs."""
     folder = out / "work" / model_type
@@ -203,9 +214,7 @@ def sweep_model(model_type: str, dtypes: list[str], out: Path, timeout: int) -> 
 
 def main() -> None:
     """Sweep the model types given, or run one arm (``--arm``, internal)."""
-    if sys.argv[1:2] == ["--arm"]:
-        arm, model_type, dtypes, folder = sys.argv[2:6]
-        print("\n" + json.dumps(run_arm(arm, model_type, dtypes.split(","), Path(folder))))
+    if answer_arm_call(run_arm):
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("types", nargs="+", help="model types, each with :dtype,... (float32)")

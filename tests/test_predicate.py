@@ -1170,6 +1170,19 @@ def test_an_update_the_site_cannot_see_keeps_the_if(load_both, name):
     _updated_alike(load_both, name)
 
 
+def _compiled_agrees(plain_function, rewritten_function, graphs=None) -> None:
+    """Compiled (in inference), ``rewritten_function`` gives what ``plain_function`` gives
+    eagerly, for an input of either sign, in ``graphs`` graphs where given."""
+    for sign in (1.0, -1.0):
+        x = sign * torch.arange(1.0, 5.0)
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        with torch.no_grad():
+            result = torch.compile(rewritten_function, backend=counter)(x)
+            assert same(result, plain_function(x.clone()))
+        assert graphs is None or counter.frame_count == graphs
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -1193,11 +1206,7 @@ def test_a_merged_value_whose_identity_is_used_keeps_the_if(load_both, name):
     # function of the module y is passed to (as far as three calls down): a merged y is
     # a new tensor, never the one the branch gave.
     plain, rewritten = load_both(ALIASED_AND_UPDATED)
-    for sign in (1.0, -1.0):
-        x = sign * torch.arange(1.0, 5.0)
-        torch._dynamo.reset()
-        compiled = torch.compile(getattr(rewritten, name), backend="eager")
-        assert same(compiled(x), getattr(plain, name)(x))
+    _compiled_agrees(getattr(plain, name), getattr(rewritten, name))
 
 
 IDENTITY_IN_THE_CALLER = """
@@ -1301,26 +1310,14 @@ def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_bot
     # dict key), which TorchDynamo decides while tracing: the site keeps its break
     # (runtime/callers.py), under T1 and under the continuation (`pick`) alike.
     plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
-    for sign in (1.0, -1.0):
-        x = sign * torch.arange(1.0, 5.0)
-        torch._dynamo.reset()
-        with torch.no_grad():
-            compiled = torch.compile(getattr(rewritten, name), backend="eager")
-            assert same(compiled(x), getattr(plain, name)(x.clone()))
+    _compiled_agrees(getattr(plain, name), getattr(rewritten, name))
 
 
 def test_a_merge_no_caller_can_tell_apart_is_kept(load_both):
     # The caller holds no tensor a branch gives (`clamp(x * 2)`: the product is only
     # clamp's): the merge stays, in one graph.
     plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
-    for sign in (1.0, -1.0):
-        x = sign * torch.arange(1.0, 5.0)
-        torch._dynamo.reset()
-        counter = CompileCounter()
-        with torch.no_grad():
-            result = torch.compile(rewritten.computed_then_clamped, backend=counter)(x)
-        assert torch.equal(result, plain.computed_then_clamped(x))
-        assert counter.frame_count == 1
+    _compiled_agrees(plain.computed_then_clamped, rewritten.computed_then_clamped, graphs=1)
 
 
 @pytest.mark.parametrize("name", ["viewed_or_not", "version_of_a_merged_value"])
@@ -1328,12 +1325,7 @@ def test_a_merged_value_whose_view_or_version_is_read_keeps_the_if(load_both, na
     # `y._is_view()` (a break, read eagerly after it) and `y._version` tell a merged y,
     # a new tensor, from the view or the updated tensor the branch gives.
     plain, rewritten = load_both(ALIASED_AND_UPDATED)
-    for sign in (1.0, -1.0):
-        x = sign * torch.arange(1.0, 5.0)
-        torch._dynamo.reset()
-        with torch.no_grad():
-            compiled = torch.compile(getattr(rewritten, name), backend="eager")
-            assert same(compiled(x), getattr(plain, name)(x))
+    _compiled_agrees(getattr(plain, name), getattr(rewritten, name))
 
 
 @pytest.mark.parametrize("name", ["one_tensor_twice", "one_tensor_from_two_sites"])
@@ -1356,13 +1348,7 @@ def test_merged_values_from_disjoint_rows_of_one_tensor_are_merged(load_both):
     # t[0] and t[1] share no element: the caller's update of one never shows in the
     # other, so the merge holds (one graph where plain compile makes two).
     plain, rewritten = load_both(ALIASED_AND_UPDATED)
-    for sign in (1.0, -1.0):
-        x = sign * torch.arange(1.0, 5.0)
-        torch._dynamo.reset()
-        counter = CompileCounter()
-        result = torch.compile(rewritten.disjoint_rows, backend=counter)(x)
-        assert all(map(torch.equal, result, plain.disjoint_rows(x)))
-        assert counter.frame_count == 1
+    _compiled_agrees(plain.disjoint_rows, rewritten.disjoint_rows, graphs=1)
 
 
 def test_a_merged_value_returned_with_the_callers_tensor_keeps_the_if(load_both):
