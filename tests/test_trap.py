@@ -642,6 +642,52 @@ def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
     assert outcomes[0][0] == (NameError, "name 'LIMIT' is not defined")
 
 
+@pytest.mark.parametrize(
+    ("method", "expected"),
+    [
+        ("formats", "C-private 'C-private'"),
+        ("given", ("C-tuple", 1)),
+        ("nested", "C-private"),
+        ("cell", "C"),
+    ],
+)
+def test_a_private_global_in_a_message_is_read_by_its_mangled_name(load_both, method, expected):
+    """In class C, {__X} reads the global _C__X, as Python compiles it (read as __X, the
+    message was another global's, or NameError); __class__ is the method's closure cell."""
+    plain, mended = load_both("""
+        import torch
+        _C__X, __X, _C__M = "C-private", "module", ("C-tuple", 1)
+        class C:
+            def formats(self, x):
+                if (x > 100).any():
+                    raise ValueError(f"{__X} {__X!r}")
+                return x * 2
+            def given(self, x):
+                if (x > 100).any():
+                    raise ValueError(__M)
+                return x * 2
+            def nested(self, x):
+                def inner(x):
+                    if (x > 100).any():
+                        raise ValueError(f"{__X}")
+                    return x * 2
+                return inner(x)
+            def cell(self, x):
+                if (x > 100).any():
+                    raise ValueError(f"{__class__.__name__}")
+                return x * 2
+    """)
+    outcomes = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(getattr(module.C(), method), backend="eager")
+        compiled(torch.ones(2))
+        with pytest.raises(ValueError) as raised:
+            compiled(torch.full((2,), 1000.0))
+        outcomes.append(raised.value.args)
+    assert outcomes[1] == outcomes[0] == (expected,)
+
+
 FAILS_ON_SOME_CALLS = """
 import torch
 

@@ -390,7 +390,11 @@ class _Message:
         attributes of it (``STEP``, ``math.pi``), else ``None``.  Such a field is read when
         the guard fires (``@gm_rt.global_text``), as the original reads it: read while
         tracing, TorchDynamo would guard on its value, which any module may change between
-        calls (``module.STEP = 3``), and the frame compile again for every value."""
+        calls (``module.STEP = 3``), and the frame compile again for every value.
+
+        Names are mangled as Python compiles them in the class the guard is written in
+        (``{__LIMIT}`` in class ``C`` reads the global ``_C__LIMIT``); ``__class__`` in a
+        class is the method's implicit closure cell, not a global."""
         attributes: list[str] = []
         while isinstance(expr, ast.Attribute):
             attributes.insert(0, mangled(expr.attr, self.class_name))
@@ -399,7 +403,9 @@ class _Message:
             return None
         if self.scopes.resolve(expr.id, self.functions) is Resolution.LOCAL:
             return None
-        return ".".join([expr.id, *attributes])
+        if expr.id == "__class__" and self.class_name is not None:
+            return None
+        return ".".join([mangled(expr.id, self.class_name), *attributes])
 
     @staticmethod
     def _literal(text: str) -> ast.Constant:
