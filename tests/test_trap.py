@@ -734,6 +734,30 @@ def test_a_guard_in_resumed_code_stays_lowered_when_the_rest_reads_no_new_local(
     assert _graphs_and_outcomes(mended.f, calls) == (expected[0] - 1, expected[1])
 
 
+def test_a_guard_failing_in_resumed_code_that_reads_another_part_of_a_local(load_both):
+    """In f resumed after the break, the guard read cfg.lo and the code after it cfg.mode:
+    lowered, each call the guard fails with another mode compiled the frame again (7 graphs
+    against 3), where plain compile raises before reading it.  A guard on another part of
+    a local keeps the guard's break, as one on another local does."""
+    plain, mended = load_both("""
+        import torch
+        def f(x, cfg):
+            y = x + 1
+            torch._dynamo.graph_break()
+            if (y < cfg.lo).all():
+                raise ValueError("negative")
+            return y * 2 if cfg.mode == "a" else y * 3
+    """)
+    x = torch.ones(2)
+    calls = [(x, types.SimpleNamespace(lo=0, mode="a"))]
+    calls += [(-3 * x, types.SimpleNamespace(lo=0, mode=f"m{i}")) for i in range(5)]
+    expected = _graphs_and_outcomes(plain.f, calls)
+    assert expected[1] == ["ok"] + [ValueError] * 5
+    graphs, outcomes = _graphs_and_outcomes(mended.f, calls)
+    assert outcomes == expected[1]
+    assert graphs <= expected[0]
+
+
 def test_code_after_a_guard_that_cannot_be_traced_when_it_fails_keeps_its_break(load_both):
     """x.view(2, -1) of 5 elements fails while tracing: lowered, the call the guard fails
     raised TorchRuntimeError where plain compile raises the guard's ValueError."""

@@ -339,18 +339,20 @@ def last_opened_site(output: Any) -> Site | None:
     return getattr(output, _LAST_OPENED, None)
 
 
-def guarded_locals(output: Any) -> set[str]:
-    """The frame's locals TorchDynamo guards on (by name), or on a part of, so far."""
+def local_guards(output: Any) -> set[str]:
+    """The guards TorchDynamo holds so far on the frame's locals or parts of them, each
+    as its source and kind (``L['cfg'].mode CONSTANT_MATCH``): a guard on another part
+    of a local (an attribute, an item), or of another kind, is another guard."""
     from torch._dynamo.source import LocalSource
 
-    names = set()
+    guards = set()
     for guard in output.guards:
         source = guard.originating_source
         while getattr(source, "base", None) is not None:
             source = source.base
         if isinstance(source, LocalSource):
-            names.add(source.local_name)
-    return names
+            guards.add(f"{guard.name} {guard.inner_create_fn().__name__}")
+    return guards
 
 
 def opened_site(caller: Any) -> Site | None:

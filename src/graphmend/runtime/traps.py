@@ -45,9 +45,9 @@ from graphmend.runtime.attempts import (
     Site,
     check_before_compiling,
     first_line,
-    guarded_locals,
     keep_numbers_unpinned,
     last_opened_site,
+    local_guards,
     on_trace_error,
     open_site,
 )
@@ -361,11 +361,12 @@ def _watch_code_after(tracer: Any) -> None:
     * tracing that code fails (``x.view(2, -1)`` of 5 elements, when the guard fails for
       odd sizes): the compile failed with ``TorchRuntimeError`` where plain compile raises
       the guard's exception;
-    * in the rest of a function resumed after a graph break, that code guards on a local
-      nothing before the guard did: there the function's own values are the frame's
-      locals, whose types and sizes follow the data it branched on (a local that is a
-      tensor or ``None`` after an ``if`` on a tensor), as the guard's condition does, and a
-      call the guard fails would compile the frame again, where plain compile raises.
+    * in the rest of a function resumed after a graph break, that code guards on a local,
+      or a part of one (``cfg.mode``), nothing before the guard did: there the function's
+      own values are the frame's locals, whose types and sizes follow the data it branched
+      on (a local that is a tensor or ``None`` after an ``if`` on a tensor), as the guard's
+      condition does, and a call the guard fails would compile the frame again, where
+      plain compile raises.
     """
     output = tracer.output
     site = last_opened_site(output)
@@ -373,7 +374,7 @@ def _watch_code_after(tracer: Any) -> None:
         return
     on_trace_error(output, lambda error: _keep_break_after_error(site, error))
     if resumes_after_break(output.root_tx.f_code.co_name):
-        before = guarded_locals(output)
+        before = local_guards(output)
         check_before_compiling(output, lambda _: _keep_locals_unguarded(site, output, before))
 
 
@@ -385,10 +386,10 @@ def _keep_break_after_error(site: Site, error: BaseException) -> None:
 
 
 def _keep_locals_unguarded(site: Site, output: Any, before: set[str]) -> None:
-    later = sorted(guarded_locals(output) - before)
+    later = sorted(local_guards(output) - before)
     if later:
         site.keep_break(
-            f"the code after it guards on {later[0]}, which the function computed before "
+            f"the code after it guards on {later[0]}, of what the function computed before "
             "a graph break: a call the guard fails would compile the frame again"
         )
 
