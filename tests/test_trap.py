@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 import types
 
@@ -640,6 +641,31 @@ def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
         outcomes.append((error, _outcome(compiled, torch.full((2,), 1000.0))))
     assert outcomes[1] == outcomes[0]
     assert outcomes[0][0] == (NameError, "name 'LIMIT' is not defined")
+
+
+def test_an_unbound_global_in_a_message_raises_the_original_name_error(load_both, capsys):
+    """The NameError names the global, and its traceback suggests the module's LIMIT, as
+    the original's; raised by GraphMend's own code, it had no name and no suggestion."""
+    plain, mended = load_both("""
+        import torch
+        LIMIT = 3
+        def f(x):
+            if (x > 100).any():
+                raise ValueError(f"limit {LIMT}")
+            return x
+    """)
+    errors = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend="eager")
+        compiled(torch.ones(2))
+        with pytest.raises(NameError) as raised:
+            compiled(torch.full((2,), 1000.0))
+        capsys.readouterr()
+        sys.__excepthook__(NameError, raised.value, raised.value.__traceback__)
+        errors.append((raised.value.name, capsys.readouterr().err.splitlines()[-1]))
+    assert errors[1] == errors[0]
+    assert errors[0] == ("LIMT", "NameError: name 'LIMT' is not defined. Did you mean: 'LIMIT'?")
 
 
 @pytest.mark.parametrize(

@@ -130,19 +130,13 @@ def _register_caller_globals(tracer: Any) -> int | None:
 
 
 def _read_global(key: int, path: str) -> Any:
-    """The value ``path`` names in the registered globals ``key`` (a builtin where the
-    module binds no such name), read as the original reads it; ``NameError`` where it is
-    bound nowhere."""
+    """The value ``path`` names in the registered globals ``key``, read as the original
+    reads it: Python looks the name up itself (the module's globals, then its builtins),
+    so that an unbound one raises the original's ``NameError``, with its ``name`` and the
+    suggestion a traceback prints (``Did you mean: 'LIMIT'?``) taken from that module."""
     name, *attributes = path.split(".")
-    namespace = _NAMESPACES[key]
-    if name in namespace:
-        value = namespace[name]
-    else:
-        builtins = namespace.get("__builtins__", __builtins__)
-        builtins = builtins if isinstance(builtins, dict) else vars(builtins)
-        if name not in builtins:
-            raise NameError(f"name '{name}' is not defined")
-        value = builtins[name]
+    # a name the rewrite wrote (an identifier), evaluated in the function's globals
+    value = eval(name, _NAMESPACES[key])
     for attribute in attributes:
         value = getattr(value, attribute)
     return value
