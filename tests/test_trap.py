@@ -643,6 +643,36 @@ def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
     assert outcomes[0][0] == (NameError, "name 'LIMIT' is not defined")
 
 
+@pytest.mark.parametrize(
+    "field", ["(STEP, 1)", "len(ITEMS)", "tuple(ITEMS)", "type(CONFIG).__name__"]
+)
+def test_a_global_inside_a_message_field_adds_no_graphs(load_both, field):
+    """A global read inside a field's expression was read while tracing: TorchDynamo
+    guarded on it, and each new value compiled the frame again (6 or 7 graphs against
+    2).  Such a guard keeps its break."""
+    plain, mended = load_both(f"""
+        import torch
+        STEP, ITEMS, CONFIG = 0, [], None
+        def f(x):
+            if (x > 100).any():
+                raise ValueError(f"at {{{field}}}")
+            return x * 2
+    """)
+    graphs, errors = [], []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.f, backend=counter)
+        for step in range(5):
+            module.STEP, module.CONFIG = step, type(f"Config{step}", (), {})()
+            module.ITEMS.append(step)
+            compiled(torch.ones(2))
+        errors.append(_outcome(compiled, torch.full((2,), 1000.0)))
+        graphs.append(counter.frame_count)
+    assert errors[1] == errors[0]
+    assert graphs[1] <= graphs[0]
+
+
 def test_an_unbound_global_in_a_message_raises_the_original_name_error(load_both, capsys):
     """The NameError names the global, and its traceback suggests the module's LIMIT, as
     the original's; raised by GraphMend's own code, it had no name and no suggestion."""

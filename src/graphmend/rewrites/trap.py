@@ -394,7 +394,8 @@ class _Message:
 
         Names are mangled as Python compiles them in the class the guard is written in
         (``{__LIMIT}`` in class ``C`` reads the global ``_C__LIMIT``); ``__class__`` in a
-        class is the method's implicit closure cell, not a global."""
+        class is the method's implicit closure cell, not a global (the guard keeps its
+        break)."""
         attributes: list[str] = []
         while isinstance(expr, ast.Attribute):
             attributes.insert(0, mangled(expr.attr, self.class_name))
@@ -414,14 +415,21 @@ class _Message:
         return ast.Constant(text)
 
     def _value(self, expr: ast.expr) -> ast.expr:
-        """``expr`` rewritten so that evaluating it early cannot raise; else Decline."""
+        """``expr`` rewritten so that evaluating it early cannot raise; else Decline.
+
+        A global read inside a field (``{(STEP, n)}``, ``{len(LIST)}``) declines: it would
+        be read while tracing, and TorchDynamo guard on its value, which any module may
+        change between calls (only a field that is a global, or attributes of one, is
+        read when the guard fires: :meth:`_global_path`)."""
         if isinstance(expr, ast.Constant):
             return copy.deepcopy(expr)
         if isinstance(expr, ast.Name):
-            if (
-                self.scopes.resolve(expr.id, self.functions) is Resolution.LOCAL
-                and expr.id not in self.bound
-            ):
+            if self.scopes.resolve(expr.id, self.functions) is not Resolution.LOCAL:
+                raise Decline(
+                    f"the message reads the global {expr.id} inside an expression, which "
+                    "would be read while tracing"
+                )
+            if expr.id not in self.bound:
                 raise Decline(f"the message formats {expr.id}, which may be unbound at the guard")
             return copy.deepcopy(expr)
         if isinstance(expr, ast.Tuple):
