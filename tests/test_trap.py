@@ -814,6 +814,61 @@ def test_a_guard_failing_in_resumed_code_that_reads_another_part_of_a_local(load
     assert graphs <= expected[0]
 
 
+CHANGES_WHAT_IT_READS = """
+import torch
+
+class State:
+    epoch = 0
+
+STATE, STEP = State(), 0
+
+def counts_globally(x):
+    global STEP
+    y = x * 2
+    if (x > 100).any():
+        raise ValueError("too large")
+    STEP += 1
+    return y
+
+def counts_in_an_object(x):
+    y = x * 2
+    if (x > 100).any():
+        raise ValueError("too large")
+    STATE.epoch += 1
+    return y
+
+class Counting(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        y = x * 2
+        if (x > 100).any():
+            raise ValueError("too large")
+        self.calls += 1
+        return y
+"""
+
+
+@pytest.mark.parametrize("name", ["counts_globally", "counts_in_an_object", "Counting"])
+def test_code_after_a_guard_that_changes_what_it_reads_adds_no_graphs(load_both, name):
+    """The code after the guard reads and changes a global or an attribute: in the guard's
+    graph, TorchDynamo guarded on its value, and every call compiled the graph again (6
+    graphs against 1: plain compile leaves that code to the frame resumed after the guard's
+    break, which holds no tensor operation and makes no graph).  The guard keeps its
+    break."""
+    plain, mended = load_both(CHANGES_WHAT_IT_READS)
+    calls = [(torch.ones(2),)] * 5 + [(torch.full((2,), 1000.0),), (torch.ones(2),)]
+    results = []
+    for module in (plain, mended):
+        function = getattr(module, name)
+        results.append(_graphs_and_outcomes(function() if name == "Counting" else function, calls))
+    assert results[1][1] == results[0][1] == ["ok"] * 5 + [ValueError, "ok"]
+    assert results[1][0] <= results[0][0]
+    assert (mended.STEP, mended.STATE.epoch) == (plain.STEP, plain.STATE.epoch)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="the code after a lowered guard reads MODE, a module global nothing before the "

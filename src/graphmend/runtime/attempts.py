@@ -339,6 +339,11 @@ def last_opened_site(output: Any) -> Site | None:
     return getattr(output, _LAST_OPENED, None)
 
 
+def guarded_sources(output: Any) -> set[str]:
+    """What TorchDynamo guards on so far, by source name (``G['STEP']``, ``L['x']``)."""
+    return {guard.name for guard in output.guards}
+
+
 def local_guards(output: Any) -> set[str]:
     """The guards TorchDynamo holds so far on the frame's locals or parts of them, each
     as its source and kind (``L['cfg'].mode CONSTANT_MATCH``): a guard on another part

@@ -45,6 +45,7 @@ from graphmend.runtime.attempts import (
     Site,
     check_before_compiling,
     first_line,
+    guarded_sources,
     keep_numbers_unpinned,
     last_opened_site,
     local_guards,
@@ -53,7 +54,7 @@ from graphmend.runtime.attempts import (
 )
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
-from graphmend.runtime.deferral import effects_pending
+from graphmend.runtime.deferral import changed_sources, effects_pending
 from graphmend.runtime.fallbacks import declined, resumes_after_break
 from graphmend.runtime.formatting import (
     assume_constant_result,
@@ -360,13 +361,19 @@ def _watch_code_after(tracer: Any) -> None:
       own values are the frame's locals, whose types and sizes follow the data it branched
       on (a local that is a tensor or ``None`` after an ``if`` on a tensor), as the guard's
       condition does, and a call the guard fails would compile the frame again, where
-      plain compile raises.
+      plain compile raises;
+    * that code guards on what it changes itself (``global STEP; STEP += 1``,
+      ``self.calls += 1``): the graph would be compiled again on every call, where
+      plain compile leaves that code to the frame resumed after the guard's break, which
+      makes no graph when it holds no tensor operation.
     """
     output = tracer.output
     site = last_opened_site(output)
     if site is None or site.one_graph:
         return
     on_trace_error(output, lambda error: _keep_break_after_error(site, error))
+    guarded = guarded_sources(output)
+    check_before_compiling(output, lambda _: _keep_changed_state_unguarded(site, output, guarded))
     if resumes_after_break(output.root_tx.f_code.co_name):
         before = local_guards(output)
         check_before_compiling(output, lambda _: _keep_locals_unguarded(site, output, before))
@@ -377,6 +384,15 @@ def _keep_break_after_error(site: Site, error: BaseException) -> None:
         f"the code after it cannot be traced for these inputs ({first_line(error)}), "
         "where the original runs it only when the guard passes"
     )
+
+
+def _keep_changed_state_unguarded(site: Site, output: Any, before: set[str]) -> None:
+    changed = sorted((guarded_sources(output) - before) & changed_sources(output))
+    if changed:
+        site.keep_break(
+            f"the code after it guards on {changed[0]}, which it changes: each call would "
+            "compile the graph again"
+        )
 
 
 def _keep_locals_unguarded(site: Site, output: Any, before: set[str]) -> None:
