@@ -362,18 +362,20 @@ def _watch_code_after(tracer: Any) -> None:
       on (a local that is a tensor or ``None`` after an ``if`` on a tensor), as the guard's
       condition does, and a call the guard fails would compile the frame again, where
       plain compile raises;
-    * that code guards on what it changes itself (``global STEP; STEP += 1``,
-      ``self.calls += 1``): the graph would be compiled again on every call, where
-      plain compile leaves that code to the frame resumed after the guard's break, which
-      makes no graph when it holds no tensor operation.
+    * that code, holding no tensor operation, guards on what it changes itself
+      (``global STEP; STEP += 1``, ``self.calls += 1``): the graph would be compiled
+      again on every call, where plain compile leaves that code to the frame resumed
+      after the guard's break, which makes no graph.
     """
     output = tracer.output
     site = last_opened_site(output)
     if site is None or site.one_graph:
         return
     on_trace_error(output, lambda error: _keep_break_after_error(site, error))
-    guarded = guarded_sources(output)
-    check_before_compiling(output, lambda _: _keep_changed_state_unguarded(site, output, guarded))
+    guarded, nodes = guarded_sources(output), set(output.graph.nodes)
+    check_before_compiling(
+        output, lambda _: _keep_changed_state_unguarded(site, output, guarded, nodes)
+    )
     if resumes_after_break(output.root_tx.f_code.co_name):
         before = local_guards(output)
         check_before_compiling(output, lambda _: _keep_locals_unguarded(site, output, before))
@@ -386,7 +388,14 @@ def _keep_break_after_error(site: Site, error: BaseException) -> None:
     )
 
 
-def _keep_changed_state_unguarded(site: Site, output: Any, before: set[str]) -> None:
+def _keep_changed_state_unguarded(
+    site: Site, output: Any, before: set[str], nodes: set[Any]
+) -> None:
+    """Keep the break where the code after the guard guards on what it changes, and holds
+    no operation (``nodes``: the graph's when the guard was lowered): with one, plain
+    compile's resumed frame makes a graph too, compiled again as often."""
+    if any(node.op.startswith("call") for node in output.graph.nodes if node not in nodes):
+        return
     changed = sorted((guarded_sources(output) - before) & changed_sources(output))
     if changed:
         site.keep_break(
