@@ -869,6 +869,19 @@ def test_code_after_a_guard_that_changes_what_it_reads_adds_no_graphs(load_both,
     assert (mended.STEP, mended.STATE.epoch) == (plain.STEP, plain.STATE.epoch)
 
 
+def test_code_after_a_guard_that_changes_what_it_reads_beside_operations_stays_lowered(
+    load_both,
+):
+    """With an operation after it, plain compile's resumed frame makes a graph, compiled
+    again as often: the guard stays lowered, and gives no more graphs."""
+    plain, mended = load_both(CHANGES_WHAT_IT_READS.replace("return y\n", "return y + 1\n", 1))
+    calls = [(torch.ones(2),)] * 5 + [(torch.full((2,), 1000.0),), (torch.ones(2),)]
+    expected = _graphs_and_outcomes(plain.counts_globally, calls)
+    assert _graphs_and_outcomes(mended.counts_globally, calls)[0] <= expected[0]
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(mended.counts_globally)(torch.ones(2)).graph_break_count == 0
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="STATE.epoch += 1 of a types.SimpleNamespace: TorchDynamo reads epoch in the "
