@@ -643,6 +643,27 @@ def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
     assert outcomes[0][0] == (NameError, "name 'LIMIT' is not defined")
 
 
+@pytest.mark.parametrize("field", ["STEP", "step"])
+def test_a_format_spec_holding_the_template_separator_keeps_the_message(load_both, field):
+    """A fill of \\x1f, the separator of the kernel's template, split the field apart: the
+    failing call raised ValueError('not enough values to unpack ...') for a global's field."""
+    plain, mended = load_both(f"""
+        import torch
+        STEP = 7
+        def f(x, step):
+            if (x > 100).any():
+                raise ValueError(f"{{{field}:\\x1f>5}}|")
+            return x * 2
+    """)
+    calls = [(torch.ones(2), 7), (torch.full((2,), 1000.0), 7)]
+    outcomes = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend="eager")
+        outcomes.append([_outcome(compiled, *args)[0:2] for args in calls][1])
+    assert outcomes[1] == outcomes[0] == (ValueError, "\x1f\x1f\x1f\x1f7|")
+
+
 @pytest.mark.parametrize(
     "field", ["(STEP, 1)", "len(ITEMS)", "tuple(ITEMS)", "type(CONFIG).__name__"]
 )

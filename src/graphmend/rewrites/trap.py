@@ -375,8 +375,9 @@ class _Message:
                 parts.append(self._literal(part.value))
                 continue
             assert isinstance(part, ast.FormattedValue)
-            spec_text = literal_format_spec(part.format_spec)
-            field = (ast.Constant(part.conversion), ast.Constant(spec_text))
+            # the spec travels in the template too (f"{STEP:\x1f>5}")
+            spec = self._literal(literal_format_spec(part.format_spec))
+            field = (ast.Constant(part.conversion), spec)
             path = self._global_path(part.value)
             if path is not None:
                 parts.append(runtime_call("global_text", ast.Constant(path), *field))
