@@ -345,9 +345,11 @@ def guarded_sources(output: Any) -> set[str]:
 
 
 def local_guards(output: Any) -> set[str]:
-    """The guards TorchDynamo holds so far on the frame's locals or parts of them, each
-    as its source and kind (``L['cfg'].mode CONSTANT_MATCH``): a guard on another part
-    of a local (an attribute, an item), or of another kind, is another guard."""
+    """What of the frame's locals TorchDynamo guards on so far: each local guarded on, or
+    on a part of, by name (``cfg``), and each guard on the value of a part of one, by its
+    source and kind (``L['cfg'].mode CONSTANT_MATCH``): a part's value read for the first
+    time is a new guard, whose value may change between calls, where a submodule's
+    (``self.lin``) identity does not."""
     from torch._dynamo.source import LocalSource
 
     guards = set()
@@ -355,8 +357,12 @@ def local_guards(output: Any) -> set[str]:
         source = guard.originating_source
         while getattr(source, "base", None) is not None:
             source = source.base
-        if isinstance(source, LocalSource):
-            guards.add(f"{guard.name} {guard.inner_create_fn().__name__}")
+        if not isinstance(source, LocalSource):
+            continue
+        guards.add(source.local_name)
+        kind = guard.inner_create_fn().__name__
+        if kind in _VALUE_GUARDS:
+            guards.add(f"{guard.name} {kind}")
     return guards
 
 
