@@ -77,8 +77,9 @@ def test_an_int_beyond_int64_in_a_message_is_formatted_while_tracing(load_both):
         LIMIT = 2**70
 
         def check(x):
+            limit = LIMIT  # a global inside a field's tuple keeps the break
             if (x < 0).any():
-                raise ValueError(f"over {LIMIT} or {(LIMIT, 3)}")
+                raise ValueError(f"over {LIMIT} or {(limit, 3)}")
             return x + 1
         """)
     calls = [(VALID,), (INVALID,)]

@@ -375,8 +375,9 @@ class _Message:
                 parts.append(self._literal(part.value))
                 continue
             assert isinstance(part, ast.FormattedValue)
-            spec_text = literal_format_spec(part.format_spec)
-            field = (ast.Constant(part.conversion), ast.Constant(spec_text))
+            # the spec travels in the template too (f"{STEP:\x1f>5}")
+            spec = self._literal(literal_format_spec(part.format_spec))
+            field = (ast.Constant(part.conversion), spec)
             path = self._global_path(part.value)
             if path is not None:
                 parts.append(runtime_call("global_text", ast.Constant(path), *field))
@@ -390,7 +391,12 @@ class _Message:
         attributes of it (``STEP``, ``math.pi``), else ``None``.  Such a field is read when
         the guard fires (``@gm_rt.global_text``), as the original reads it: read while
         tracing, TorchDynamo would guard on its value, which any module may change between
-        calls (``module.STEP = 3``), and the frame compile again for every value."""
+        calls (``module.STEP = 3``), and the frame compile again for every value.
+
+        Names are mangled as Python compiles them in the class the guard is written in
+        (``{__LIMIT}`` in class ``C`` reads the global ``_C__LIMIT``); ``__class__`` in a
+        class is the method's implicit closure cell, not a global (the guard keeps its
+        break)."""
         attributes: list[str] = []
         while isinstance(expr, ast.Attribute):
             attributes.insert(0, mangled(expr.attr, self.class_name))
@@ -399,7 +405,9 @@ class _Message:
             return None
         if self.scopes.resolve(expr.id, self.functions) is Resolution.LOCAL:
             return None
-        return ".".join([expr.id, *attributes])
+        if expr.id == "__class__" and self.class_name is not None:
+            return None
+        return ".".join([mangled(expr.id, self.class_name), *attributes])
 
     @staticmethod
     def _literal(text: str) -> ast.Constant:
@@ -408,14 +416,21 @@ class _Message:
         return ast.Constant(text)
 
     def _value(self, expr: ast.expr) -> ast.expr:
-        """``expr`` rewritten so that evaluating it early cannot raise; else Decline."""
+        """``expr`` rewritten so that evaluating it early cannot raise; else Decline.
+
+        A global read inside a field (``{(STEP, n)}``, ``{len(LIST)}``) declines: it would
+        be read while tracing, and TorchDynamo guard on its value, which any module may
+        change between calls (only a field that is a global, or attributes of one, is
+        read when the guard fires: :meth:`_global_path`)."""
         if isinstance(expr, ast.Constant):
             return copy.deepcopy(expr)
         if isinstance(expr, ast.Name):
-            if (
-                self.scopes.resolve(expr.id, self.functions) is Resolution.LOCAL
-                and expr.id not in self.bound
-            ):
+            if self.scopes.resolve(expr.id, self.functions) is not Resolution.LOCAL:
+                raise Decline(
+                    f"the message reads the global {expr.id} inside an expression, which "
+                    "would be read while tracing"
+                )
+            if expr.id not in self.bound:
                 raise Decline(f"the message formats {expr.id}, which may be unbound at the guard")
             return copy.deepcopy(expr)
         if isinstance(expr, ast.Tuple):

@@ -339,18 +339,31 @@ def last_opened_site(output: Any) -> Site | None:
     return getattr(output, _LAST_OPENED, None)
 
 
-def guarded_locals(output: Any) -> set[str]:
-    """The frame's locals TorchDynamo guards on (by name), or on a part of, so far."""
+def guarded_sources(output: Any) -> set[str]:
+    """What TorchDynamo guards on so far, by source name (``G['STEP']``, ``L['x']``)."""
+    return {guard.name for guard in output.guards}
+
+
+def local_guards(output: Any) -> set[str]:
+    """What of the frame's locals TorchDynamo guards on so far: each local guarded on, or
+    on a part of, by name (``cfg``), and each guard on the value of a part of one, by its
+    source and kind (``L['cfg'].mode CONSTANT_MATCH``): a part's value read for the first
+    time is a new guard, whose value may change between calls, where a submodule's
+    (``self.lin``) identity does not."""
     from torch._dynamo.source import LocalSource
 
-    names = set()
+    guards = set()
     for guard in output.guards:
         source = guard.originating_source
         while getattr(source, "base", None) is not None:
             source = source.base
-        if isinstance(source, LocalSource):
-            names.add(source.local_name)
-    return names
+        if not isinstance(source, LocalSource):
+            continue
+        guards.add(source.local_name)
+        kind = guard.inner_create_fn().__name__
+        if kind in _VALUE_GUARDS:
+            guards.add(f"{guard.name} {kind}")
+    return guards
 
 
 def opened_site(caller: Any) -> Site | None:

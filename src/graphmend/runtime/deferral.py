@@ -335,12 +335,35 @@ def warnings_may_raise() -> bool:
 def _changes_existing_objects(side_effects: Any) -> bool:
     """Whether TorchDynamo will change an object that existed before the trace (objects
     made while tracing, such as a guard message's list, are no one else's to see)."""
+    return any(True for _ in _existing_objects_changed(side_effects))
+
+
+def _existing_objects_changed(side_effects: Any) -> Iterator[tuple[Any, Any]]:
+    """Each object that existed before the trace and that TorchDynamo will change, as its
+    variable and its mutation (``mutation_type`` on torch 2.13, ``mutable_local`` on 2.5)."""
     for item in side_effects.id_to_variable.values():
-        # mutation_type on torch 2.13, mutable_local on 2.5
         mutation = getattr(item, "mutation_type", None) or getattr(item, "mutable_local", None)
         if "New" not in type(mutation).__name__ and side_effects.is_modified(item):
-            return True
-    return False
+            yield item, mutation
+
+
+def changed_sources(output: Any) -> set[str]:
+    """What the graph ``output`` traces will change of the objects that existed before
+    it, by source name (asked while tracing): each object changed (``G['ITEMS']``, appended
+    to), and each attribute or global stored (``L['self'].calls``, ``G['STEP']``)."""
+    from torch._dynamo.source import AttrSource
+
+    side_effects = output.side_effects
+    stores = side_effects.store_attr_mutations  # by variable on 2.13, by mutation on 2.5
+    names = set()
+    for item, mutation in _existing_objects_changed(side_effects):
+        source = getattr(item, "source", None) or getattr(mutation, "source", None)
+        if source is None:
+            continue
+        names.add(source.name())
+        stored = stores.get(item) or stores.get(mutation) or {}
+        names.update(AttrSource(source, attribute).name() for attribute in stored)
+    return names
 
 
 def formattable(template: str, kind: str, names: tuple[str, ...], *values: Any) -> bool:

@@ -45,15 +45,16 @@ from graphmend.runtime.attempts import (
     Site,
     check_before_compiling,
     first_line,
-    guarded_locals,
+    guarded_sources,
     keep_numbers_unpinned,
     last_opened_site,
+    local_guards,
     on_trace_error,
     open_site,
 )
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
-from graphmend.runtime.deferral import effects_pending
+from graphmend.runtime.deferral import changed_sources, effects_pending
 from graphmend.runtime.fallbacks import declined, resumes_after_break
 from graphmend.runtime.formatting import (
     assume_constant_result,
@@ -130,19 +131,13 @@ def _register_caller_globals(tracer: Any) -> int | None:
 
 
 def _read_global(key: int, path: str) -> Any:
-    """The value ``path`` names in the registered globals ``key`` (a builtin where the
-    module binds no such name), read as the original reads it; ``NameError`` where it is
-    bound nowhere."""
+    """The value ``path`` names in the registered globals ``key``, read as the original
+    reads it: Python looks the name up itself (the module's globals, then its builtins),
+    so that an unbound one raises the original's ``NameError``, with its ``name`` and the
+    suggestion a traceback prints (``Did you mean: 'LIMIT'?``) taken from that module."""
     name, *attributes = path.split(".")
-    namespace = _NAMESPACES[key]
-    if name in namespace:
-        value = namespace[name]
-    else:
-        builtins = namespace.get("__builtins__", __builtins__)
-        builtins = builtins if isinstance(builtins, dict) else vars(builtins)
-        if name not in builtins:
-            raise NameError(f"name '{name}' is not defined")
-        value = builtins[name]
+    # a name the rewrite wrote (an identifier), evaluated in the function's globals
+    value = eval(name, _NAMESPACES[key])
     for attribute in attributes:
         value = getattr(value, attribute)
     return value
@@ -361,19 +356,28 @@ def _watch_code_after(tracer: Any) -> None:
     * tracing that code fails (``x.view(2, -1)`` of 5 elements, when the guard fails for
       odd sizes): the compile failed with ``TorchRuntimeError`` where plain compile raises
       the guard's exception;
-    * in the rest of a function resumed after a graph break, that code guards on a local
-      nothing before the guard did: there the function's own values are the frame's
-      locals, whose types and sizes follow the data it branched on (a local that is a
-      tensor or ``None`` after an ``if`` on a tensor), as the guard's condition does, and a
-      call the guard fails would compile the frame again, where plain compile raises.
+    * in the rest of a function resumed after a graph break, that code guards on a local,
+      or a part of one (``cfg.mode``), nothing before the guard did: there the function's
+      own values are the frame's locals, whose types and sizes follow the data it branched
+      on (a local that is a tensor or ``None`` after an ``if`` on a tensor), as the guard's
+      condition does, and a call the guard fails would compile the frame again, where
+      plain compile raises;
+    * that code, holding no tensor operation, guards on what it changes itself
+      (``global STEP; STEP += 1``, ``self.calls += 1``): the graph would be compiled
+      again on every call, where plain compile leaves that code to the frame resumed
+      after the guard's break, which makes no graph.
     """
     output = tracer.output
     site = last_opened_site(output)
     if site is None or site.one_graph:
         return
     on_trace_error(output, lambda error: _keep_break_after_error(site, error))
+    guarded, nodes = guarded_sources(output), set(output.graph.nodes)
+    check_before_compiling(
+        output, lambda _: _keep_changed_state_unguarded(site, output, guarded, nodes)
+    )
     if resumes_after_break(output.root_tx.f_code.co_name):
-        before = guarded_locals(output)
+        before = local_guards(output)
         check_before_compiling(output, lambda _: _keep_locals_unguarded(site, output, before))
 
 
@@ -384,11 +388,27 @@ def _keep_break_after_error(site: Site, error: BaseException) -> None:
     )
 
 
+def _keep_changed_state_unguarded(
+    site: Site, output: Any, before: set[str], nodes: set[Any]
+) -> None:
+    """Keep the break where the code after the guard guards on what it changes, and holds
+    no operation (``nodes``: the graph's when the guard was lowered): with one, plain
+    compile's resumed frame makes a graph too, compiled again as often."""
+    if any(node.op.startswith("call") for node in output.graph.nodes if node not in nodes):
+        return
+    changed = sorted((guarded_sources(output) - before) & changed_sources(output))
+    if changed:
+        site.keep_break(
+            f"the code after it guards on {changed[0]}, which it changes: each call would "
+            "compile the graph again"
+        )
+
+
 def _keep_locals_unguarded(site: Site, output: Any, before: set[str]) -> None:
-    later = sorted(guarded_locals(output) - before)
+    later = sorted(local_guards(output) - before)
     if later:
         site.keep_break(
-            f"the code after it guards on {later[0]}, which the function computed before "
+            f"the code after it guards on {later[0]}, of what the function computed before "
             "a graph break: a call the guard fails would compile the frame again"
         )
 
