@@ -49,6 +49,7 @@ from graphmend.runtime.attempts import (
     keep_numbers_unpinned,
     last_opened_site,
     local_guards,
+    on_graph_break,
     on_trace_error,
     open_site,
 )
@@ -365,7 +366,9 @@ def _watch_code_after(tracer: Any) -> None:
     * that code, holding no tensor operation, guards on what it changes itself
       (``global STEP; STEP += 1``, ``self.calls += 1``): the graph would be compiled
       again on every call, where plain compile leaves that code to the frame resumed
-      after the guard's break, which makes no graph.
+      after the guard's break, which makes no graph;
+    * the graph breaks again after the guard, with no operation between, and that code
+      guarded on something new (a value read before a store TorchDynamo breaks at).
     """
     output = tracer.output
     site = last_opened_site(output)
@@ -376,6 +379,7 @@ def _watch_code_after(tracer: Any) -> None:
     check_before_compiling(
         output, lambda _: _keep_changed_state_unguarded(site, output, guarded, nodes)
     )
+    on_graph_break(output, lambda: _keep_guards_before_a_break(site, output, guarded, nodes))
     if resumes_after_break(output.root_tx.f_code.co_name):
         before = local_guards(output)
         check_before_compiling(output, lambda _: _keep_locals_unguarded(site, output, before))
@@ -394,7 +398,7 @@ def _keep_changed_state_unguarded(
     """Keep the break where the code after the guard guards on what it changes, and holds
     no operation (``nodes``: the graph's when the guard was lowered): with one, plain
     compile's resumed frame makes a graph too, compiled again as often."""
-    if any(node.op.startswith("call") for node in output.graph.nodes if node not in nodes):
+    if _operations_since(output, nodes):
         return
     changed = sorted((guarded_sources(output) - before) & changed_sources(output))
     if changed:
@@ -402,6 +406,28 @@ def _keep_changed_state_unguarded(
             f"the code after it guards on {changed[0]}, which it changes: each call would "
             "compile the graph again"
         )
+
+
+def _keep_guards_before_a_break(site: Site, output: Any, before: set[str], nodes: set[Any]) -> None:
+    """Keep the break where the graph breaks again after the guard with no operation
+    between, and that code guarded on something nothing before the guard did
+    (``STATE.epoch`` read before a store TorchDynamo breaks at): plain compile leaves that
+    code to the frame resumed after the guard's break, which makes no graph, while here it
+    joins the guard's graph, compiled again whenever that value changes.  Lowered, such a
+    guard would save no graph."""
+    if _operations_since(output, nodes):
+        return
+    new = sorted(guarded_sources(output) - before)
+    if new:
+        site.keep_break(
+            f"the code after it guards on {new[0]} and breaks before any operation: the "
+            "guard's graph would be compiled again whenever that value changes"
+        )
+
+
+def _operations_since(output: Any, nodes: set[Any]) -> bool:
+    """Whether the graph ``output`` traces holds an operation not among ``nodes``."""
+    return any(node.op.startswith("call") for node in output.graph.nodes if node not in nodes)
 
 
 def _keep_locals_unguarded(site: Site, output: Any, before: set[str]) -> None:
