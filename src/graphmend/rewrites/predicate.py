@@ -47,6 +47,7 @@ from graphmend.analysis.bindings import (
     identity_used_after,
     is_name_target,
     live_after,
+    names_read,
     stored_names,
     used_in_place_after,
 )
@@ -121,6 +122,26 @@ class PredicateRewrite(FunctionStatementRewriter):
             return None
         rewritten = self._rewrite_if(statement, tail=tail)
         return rewritten if isinstance(rewritten, list) else None
+
+    def kept_after(
+        self, statement: ast.stmt, rebound: Sequence[str], also: Iterable[str] = ()
+    ) -> ast.Tuple:
+        """The names of the enclosing function that may be read after ``statement``, a
+        site's, but ``rebound`` (those it binds to its results), with ``also``: the
+        runtime's ``branch`` argument ``kept``.  Their values survive the merge, and may
+        reach a caller, which could compare one by identity with a merged tensor
+        (``kept = h`` before ``if c: h = h.abs()``, then ``return h, kept``;
+        :mod:`graphmend.runtime.callers`)."""
+        function = self.enclosing.functions[-1]
+        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        scopes, functions = self.module.scopes, self.enclosing.functions
+        candidates = scopes.locals_of(function) | {  # its free variables too
+            name
+            for name in names_read(function)
+            if scopes.resolve(name, functions) is Resolution.LOCAL
+        }
+        live = {name for name in candidates - set(rebound) if live_after(function, statement, name)}
+        return _tuple(ast.Constant(name) for name in sorted(live | set(also)))
 
     # -- if statements -------------------------------------------------------------------
 
@@ -288,6 +309,10 @@ class _Site:
             ast.Constant(self.facts.expensive),
             _tuple(in_place),
         )
+        kept = (
+            _tuple([]) if self.returns else self.rewriter.kept_after(self.statement, self.outputs)
+        )
+        call.keywords.append(ast.keyword(arg="kept", value=kept))
         return [
             *prelude,
             ast.Assign(targets=[store(condition_name)], value=condition),
@@ -535,12 +560,27 @@ class _ConditionalExpressions(ast.NodeTransformer):
         self.rewriter = rewriter
         self.statement = statement
         self.whole_value = getattr(copy_, "value", None)  # the expression the copy computes
+        self.whole_statement = copy_
         self.definitions = definitions
         self.bound = rewriter.bound_at(statement)
         self.search: str | None = None  # the statement's search token, named by its first site
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         return node  # its own scope
+
+    def _kept(self, node: ast.IfExp) -> ast.Tuple:
+        """The ``kept`` argument of the runtime's ``branch`` for ``node``
+        (:meth:`PredicateRewrite.kept_after`): the statement's target is rebound where
+        ``node`` is its whole value (``h = ... if c else h``); where it is part of a
+        larger one, the statement may read any name after the merge too."""
+        statement = self.whole_statement
+        if self.whole_value is not node:
+            return self.rewriter.kept_after(self.statement, [], also=names_read(statement))
+        if isinstance(statement, ast.Return):
+            return _tuple([])
+        targets = statement.targets if isinstance(statement, ast.Assign) else []
+        rebound = [target.id for target in targets if isinstance(target, ast.Name)]
+        return self.rewriter.kept_after(self.statement, rebound if len(targets) == 1 else [])
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
 
@@ -583,6 +623,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
             ),
             ast.Constant(checker.facts.expensive),
         )
+        call.keywords.append(ast.keyword(arg="kept", value=self._kept(node)))
         merged = ast.NamedExpr(target=store(names["merged"]), value=call)
         # Not exact to merge: the original choice, on the host, in this frame (the
         # original graph break; inside a helper it would split the graph once more),

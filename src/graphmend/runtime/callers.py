@@ -37,11 +37,13 @@ The translators and variables read here are TorchDynamo internals (2.5, 2.13).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from graphmend.rewrites.common import PREFIX
 
 #: The folder of GraphMend's runtime: a frame whose code is here is not the user's.
 _RUNTIME = Path(__file__).resolve().parent
@@ -69,16 +71,18 @@ def _is_users(tracer: Any) -> bool:
     return not Path(tracer.f_code.co_filename).resolve().is_relative_to(_RUNTIME)
 
 
-def reachable(tracer: Any) -> list[torch.Tensor] | None:
+def reachable(tracer: Any, kept: Sequence[str] | None = ()) -> list[torch.Tensor] | None:
     """The tensors (fake) a caller of the site's function could reach after it returns
     (see the module's docstring); ``None`` where the function has no caller in the
-    graph (its results leave the graph, which :mod:`aliasing` checks).  Raises
-    ``AttributeError`` where this torch's internals differ."""
+    graph (its results leave the graph, which :mod:`aliasing` checks).  ``kept``: the
+    site's function's locals that may be read after it, but those it binds to its
+    results (``None``: unknown, all but GraphMend's own; :func:`_kept_locals`).
+    Raises ``AttributeError`` where this torch's internals differ."""
     frames = callers(tracer)
     if not frames:
         return None
     side_effects = tracer.output.side_effects
-    roots: list[Any] = []
+    roots: list[Any] = _kept_locals(tracer, kept)
     for frame in frames:
         roots += [*frame.symbolic_locals.values(), *frame.stack]
         roots += list(getattr(frame, "closure_cells", {}).values())  # 2.5
@@ -90,6 +94,25 @@ def reachable(tracer: Any) -> list[torch.Tensor] | None:
         if getattr(variable, "source", None) is not None
     ]
     return [*_tensors_in(roots, side_effects.store_attr_mutations), *_inputs(tracer.output)]
+
+
+def _kept_locals(tracer: Any, kept: Sequence[str] | None) -> list[Any]:
+    """The values of the ``kept`` locals (``None``: all but GraphMend's own) of the
+    site's own function, the user's frame that called GraphMend's runtime: they survive
+    the merge and may reach a caller later.  ``def f(x): h = x * 2; g = h; if c: h =
+    h.abs(); return h, g`` returns ``g``, the tensor the else-branch gives, next to the
+    merged ``h``: the original returns one tensor twice, and a caller may compare them
+    (``y is g``).  Not its stack, which holds the branches' arguments."""
+    frame = tracer
+    while frame is not None and not _is_users(frame):
+        frame = frame.parent
+    if frame is None:
+        return []
+    cells = getattr(frame, "closure_cells", {})  # 2.5; 2.13 keeps them with the locals
+    named = {**cells, **frame.symbolic_locals}
+    if kept is None:
+        return [value for name, value in named.items() if not name.startswith(PREFIX)]
+    return [named[name] for name in kept if name in named]
 
 
 def _inputs(output: Any) -> list[torch.Tensor]:
