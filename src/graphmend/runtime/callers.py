@@ -17,7 +17,10 @@ frame (its locals, the values on its stack, its closure cells, and what they
 hold: a list, a dict's keys and values, an object's attributes stored in the
 graph), one stored in the graph into an object that existed before it (``self.last
 = x``, a global), or one the graph takes as an input (the caller may read it again
-from wherever it came from: ``self.buffer``).  That is more than identity needs
+from wherever it came from: ``self.buffer``), or one the site's own function keeps
+past the site under another name, which it may return to the caller later (``kept
+= h`` before ``if c: h = h.abs()``, then ``return h, kept``; the rewrite names the
+locals live after the site, :func:`_kept_locals`).  That is more than identity needs
 (the caller may never compare), but it keeps the fixes where they matter: the
 branches of the sites found in real models give tensors the site's function
 computed itself (``hidden_states = self.norm(...)`` then ``if ...: hidden_states =
