@@ -1336,6 +1336,17 @@ def doubled_by_an_expression(x):
 def another_name_of_an_expression(x):
     y, kept = doubled_by_an_expression(x)
     return y * 2 if y is kept else y * 3
+
+def doubled_twice_yielded(x):
+    h = x * 2
+    yield h
+    if h.sum() > 0:
+        h = h.abs()
+    yield h
+
+def yielded_before(x):
+    first, second = list(doubled_twice_yielded(x))
+    return first * 2 if first is second else first * 3
 """
 
 
@@ -1355,6 +1366,7 @@ def another_name_of_an_expression(x):
         "a_list_returned",
         "a_closure_returned",
         "another_name_of_an_expression",
+        "yielded_before",
     ],
 )
 def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_both, name):
@@ -1365,7 +1377,8 @@ def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_bot
     # dict key), which TorchDynamo decides while tracing: the site keeps its break
     # (runtime/callers.py), under T1 and under the continuation (`pick`) alike.  So may
     # one the site's function gives back later under another name (`kept = h` before
-    # `if c: h = h.abs()`, `[h]`, a closure's cell): its other locals count too.
+    # `if c: h = h.abs()`, `[h]`, a closure's cell, a value a generator yielded before
+    # the site): its other locals count too.
     plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
     _compiled_agrees(getattr(plain, name), getattr(rewritten, name))
 

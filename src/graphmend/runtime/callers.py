@@ -105,7 +105,8 @@ def _kept_locals(tracer: Any, kept: Sequence[str] | None) -> list[Any]:
     the merge and may reach a caller later.  ``def f(x): h = x * 2; g = h; if c: h =
     h.abs(); return h, g`` returns ``g``, the tensor the else-branch gives, next to the
     merged ``h``: the original returns one tensor twice, and a caller may compare them
-    (``y is g``).  Not its stack, which holds the branches' arguments."""
+    (``y is g``).  Not its stack, which holds the branches' arguments.  A generator's
+    values yielded before the site are its consumer's (``a, b = list(gen(x))``)."""
     frame = tracer
     while frame is not None and not _is_users(frame):
         frame = frame.parent
@@ -113,9 +114,10 @@ def _kept_locals(tracer: Any, kept: Sequence[str] | None) -> list[Any]:
         return []
     cells = getattr(frame, "closure_cells", {})  # 2.5; 2.13 keeps them with the locals
     named = {**cells, **frame.symbolic_locals}
+    yielded = list(getattr(frame, "generated_items", []))
     if kept is None:
-        return [value for name, value in named.items() if not name.startswith(PREFIX)]
-    return [named[name] for name in kept if name in named]
+        return yielded + [value for name, value in named.items() if not name.startswith(PREFIX)]
+    return yielded + [named[name] for name in kept if name in named]
 
 
 def _inputs(output: Any) -> list[torch.Tensor]:
