@@ -1347,6 +1347,29 @@ def doubled_twice_yielded(x):
 def yielded_before(x):
     first, second = list(doubled_twice_yielded(x))
     return first * 2 if first is second else first * 3
+
+def doubled_among_outputs(x):
+    h = x * 2
+    outputs = [h, x * 3, x * 4]
+    if h.sum() > 0:
+        h = h.abs()
+    return h, outputs[2:], outputs[-3]
+
+def an_item_returned(x):
+    y, rest, first = doubled_among_outputs(x)
+    return y * 2 if y is first else y * 3
+
+def doubled_then_sliced(x):
+    h = x * 2
+    outputs = (h, x * 3, x * 4)
+    for _ in range(1):  # not the rest of the function: no continuation
+        if h.sum() > 0:
+            h = h.abs()
+    return h, outputs[2:]
+
+def other_items_returned(x):
+    y, rest = doubled_then_sliced(x)
+    return y + rest[0]
 """
 
 
@@ -1367,6 +1390,7 @@ def yielded_before(x):
         "a_closure_returned",
         "another_name_of_an_expression",
         "yielded_before",
+        "an_item_returned",
     ],
 )
 def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_both, name):
@@ -1383,11 +1407,14 @@ def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_bot
     _compiled_agrees(getattr(plain, name), getattr(rewritten, name))
 
 
-@pytest.mark.parametrize("name", ["computed_then_clamped", "clamped_by_an_expression"])
+@pytest.mark.parametrize(
+    "name", ["computed_then_clamped", "clamped_by_an_expression", "other_items_returned"]
+)
 def test_a_merge_no_caller_can_tell_apart_is_kept(load_both, name):
     # The caller holds no tensor a branch gives (`clamp(x * 2)`: the product is only
-    # clamp's; `h = h.abs() if ... else h` rebinds the only name of it): the merge
-    # stays, in one graph.
+    # clamp's; `h = h.abs() if ... else h` rebinds the only name of it; `outputs`, which
+    # holds it, is read after the site only by `outputs[1:]`, as in LongT5's block):
+    # the merge stays, in one graph.
     plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
     _compiled_agrees(getattr(plain, name), getattr(rewritten, name), graphs=1)
 

@@ -46,6 +46,7 @@ from graphmend.analysis.bindings import (
     assigned_on_every_path,
     identity_used_after,
     is_name_target,
+    items_read_after,
     live_after,
     names_read,
     stored_names,
@@ -141,7 +142,11 @@ class PredicateRewrite(FunctionStatementRewriter):
             if scopes.resolve(name, functions) is Resolution.LOCAL
         }
         live = {name for name in candidates - set(rebound) if live_after(function, statement, name)}
-        return _tuple(ast.Constant(name) for name in sorted(live | set(also)))
+        kept = [
+            _kept_entry(name, None if name in also else items_read_after(function, statement, name))
+            for name in sorted(live | set(also))
+        ]
+        return _tuple(kept)
 
     # -- if statements -------------------------------------------------------------------
 
@@ -705,6 +710,25 @@ def submodule_read(
         owner = safe_attribute_chain(chain.value, bound, class_name)
         return runtime_call("callee", owner, ast.Constant(mangled(chain.attr, class_name)))
     return safe_attribute_chain(chain, bound, class_name)
+
+
+def _kept_entry(name: str, subscripts: list[ast.expr] | None) -> ast.expr:
+    """``name``, an entry of ``branch``'s ``kept``; with the constant ``subscripts`` that are
+    all it is read by after the site (``outputs[2:]``), ``(name, 2, (2, None, None))``:
+    only those items may reach a caller (an int, or a slice as its three parts)."""
+    if subscripts is None:
+        return ast.Constant(name)
+    selectors = [
+        _tuple(ast.Constant(_literal(part)) for part in (each.lower, each.upper, each.step))
+        if isinstance(each, ast.Slice)
+        else ast.Constant(_literal(each))
+        for each in subscripts
+    ]
+    return _tuple([ast.Constant(name), *selectors])
+
+
+def _literal(node: ast.expr | None) -> int | None:
+    return None if node is None else ast.literal_eval(node)
 
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:

@@ -160,7 +160,7 @@ def _standing_for(tensors: list[torch.Tensor], peers: list[_Merge]) -> list[torc
     return found
 
 
-def watch(merged: Sequence[Any], branches: Sequence[Any], kept: Sequence[str] | None) -> bool:
+def watch(merged: Sequence[Any], branches: Sequence[Any], kept: Sequence[Any] | None) -> bool:
     """Record ``merged`` (the tensors a site's runtime function made) and ``branches``
     (the branches' own tensors in those places) for the check before the graph is
     compiled; ``kept``: the locals of the site's function that may be read after it,
@@ -240,7 +240,7 @@ def record(
     branches: list[torch.Tensor],
     *,
     paired: bool = False,
-    kept: Sequence[str] | None = (),
+    kept: Sequence[Any] | None = (),
 ) -> bool:
     """From a ``comptime`` hook: check, before ``tracer``'s graph is compiled, that the
     program cannot tell ``merged`` from ``branches`` (fake tensors; with ``paired``,

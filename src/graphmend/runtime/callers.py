@@ -74,7 +74,7 @@ def _is_users(tracer: Any) -> bool:
     return not Path(tracer.f_code.co_filename).resolve().is_relative_to(_RUNTIME)
 
 
-def reachable(tracer: Any, kept: Sequence[str] | None = ()) -> list[torch.Tensor] | None:
+def reachable(tracer: Any, kept: Sequence[Any] | None = ()) -> list[torch.Tensor] | None:
     """The tensors (fake) a caller of the site's function could reach after it returns
     (see the module's docstring); ``None`` where the function has no caller in the
     graph (its results leave the graph, which :mod:`aliasing` checks).  ``kept``: the
@@ -99,8 +99,9 @@ def reachable(tracer: Any, kept: Sequence[str] | None = ()) -> list[torch.Tensor
     return [*_tensors_in(roots, side_effects.store_attr_mutations), *_inputs(tracer.output)]
 
 
-def _kept_locals(tracer: Any, kept: Sequence[str] | None) -> list[Any]:
-    """The values of the ``kept`` locals (``None``: all but GraphMend's own) of the
+def _kept_locals(tracer: Any, kept: Sequence[Any] | None) -> list[Any]:
+    """The values of the ``kept`` locals (``None``: all but GraphMend's own; a name, or a
+    name with the items it is read by after the site, :func:`_selected`) of the
     site's own function, the user's frame that called GraphMend's runtime: they survive
     the merge and may reach a caller later.  ``def f(x): h = x * 2; g = h; if c: h =
     h.abs(); return h, g`` returns ``g``, the tensor the else-branch gives, next to the
@@ -117,7 +118,32 @@ def _kept_locals(tracer: Any, kept: Sequence[str] | None) -> list[Any]:
     yielded = list(getattr(frame, "generated_items", []))
     if kept is None:
         return yielded + [value for name, value in named.items() if not name.startswith(PREFIX)]
-    return yielded + [named[name] for name in kept if name in named]
+    found = yielded
+    for entry in kept:
+        name, selectors = (entry, None) if isinstance(entry, str) else (entry[0], entry[1:])
+        if name in named:
+            found += _selected(named[name], selectors)
+    return found
+
+
+def _selected(variable: Any, selectors: Sequence[Any] | None) -> list[Any]:
+    """The items of a tuple's or list's ``variable`` that ``selectors`` pick (an int, or a
+    slice's three parts); ``variable`` itself without selectors, or where it is not one
+    (``kept`` of :func:`_kept_locals`)."""
+    from torch._dynamo.variables import BaseListVariable
+
+    if selectors is None or not isinstance(variable, BaseListVariable):
+        return [variable]
+    items = list(variable.items)
+    picked: list[Any] = []
+    for selector in selectors:
+        if isinstance(selector, tuple):
+            if selector[2] == 0:
+                return [variable]  # the original raises there
+            picked += items[slice(*selector)]
+        elif -len(items) <= selector < len(items):
+            picked.append(items[selector])
+    return picked
 
 
 def _inputs(output: Any) -> list[torch.Tensor]:

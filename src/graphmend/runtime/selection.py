@@ -131,7 +131,7 @@ def branch(
     modules: Sequence[Any],
     expensive: bool,
     in_place: Sequence[Any] = (),
-    kept: Sequence[str] | None = None,
+    kept: Sequence[Any] | None = None,
 ) -> tuple[Any, ...] | None:
     """The branches' results merged under ``condition``, or ``None`` to run the original.
 
