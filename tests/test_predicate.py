@@ -1407,6 +1407,41 @@ def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_bot
     _compiled_agrees(getattr(plain, name), getattr(rewritten, name))
 
 
+READ_BY_NO_NAME = """
+import torch
+
+def doubled_and_kept(x):
+    h = x * 2
+    kept = h
+    if h.sum() > 0:
+        h = h.abs()
+    return h, locals()["kept"]
+
+def read_by_no_name(x):
+    y, kept = doubled_and_kept(x)
+    return y * 2 if y is kept else y * 3
+"""
+
+
+def _outcome(function, x):
+    """What ``function`` compiled (backend eager) gives for ``x``, or the type it raises."""
+    torch._dynamo.reset()
+    try:
+        return torch.compile(function, backend="eager")(x.clone())
+    except Exception as error:  # the outcome compared
+        return type(error)
+
+
+def test_a_function_reading_its_locals_by_no_name_keeps_the_if(load_both):
+    # `locals()["kept"]` reads a local no name after the site shows: every local counts
+    # as kept.  Merged, the caller got y * 3 where the original gives y * 2 (plain
+    # torch.compile, which prunes `kept` at the break, raises on 2.13: the same).
+    plain, rewritten = load_both(READ_BY_NO_NAME)
+    x = -torch.arange(1.0, 5.0)
+    expected, got = _outcome(plain.read_by_no_name, x), _outcome(rewritten.read_by_no_name, x)
+    assert same(got, expected) if isinstance(expected, torch.Tensor) else got is expected
+
+
 @pytest.mark.parametrize(
     "name", ["computed_then_clamped", "clamped_by_an_expression", "other_items_returned"]
 )

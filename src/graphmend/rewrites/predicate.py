@@ -126,16 +126,22 @@ class PredicateRewrite(FunctionStatementRewriter):
 
     def kept_after(
         self, statement: ast.stmt, rebound: Sequence[str], also: Iterable[str] = ()
-    ) -> ast.Tuple:
+    ) -> ast.expr:
         """The names of the enclosing function that may be read after ``statement``, a
         site's, but ``rebound`` (those it binds to its results), with ``also``: the
         runtime's ``branch`` argument ``kept``.  Their values survive the merge, and may
         reach a caller, which could compare one by identity with a merged tensor
         (``kept = h`` before ``if c: h = h.abs()``, then ``return h, kept``;
-        :mod:`graphmend.runtime.callers`)."""
+        :mod:`graphmend.runtime.callers`).  ``None`` (every local) where the function
+        may read its locals by no name (``return locals()``)."""
         function = self.enclosing.functions[-1]
         assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
         scopes, functions = self.module.scopes, self.enclosing.functions
+        if any(
+            scopes.resolve(name, functions) is not Resolution.LOCAL
+            for name in names_read(function) & _READ_EVERY_LOCAL
+        ):
+            return ast.Constant(None)
         candidates = scopes.locals_of(function) | {  # its free variables too
             name
             for name in names_read(function)
@@ -573,7 +579,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         return node  # its own scope
 
-    def _kept(self, node: ast.IfExp) -> ast.Tuple:
+    def _kept(self, node: ast.IfExp) -> ast.expr:
         """The ``kept`` argument of the runtime's ``branch`` for ``node``
         (:meth:`PredicateRewrite.kept_after`): the statement's target is rebound where
         ``node`` is its whole value (``h = ... if c else h``); where it is part of a
@@ -710,6 +716,10 @@ def submodule_read(
         owner = safe_attribute_chain(chain.value, bound, class_name)
         return runtime_call("callee", owner, ast.Constant(mangled(chain.attr, class_name)))
     return safe_attribute_chain(chain, bound, class_name)
+
+
+#: Builtins that read a function's locals by no name (``locals()``, ``vars()``, ``eval``).
+_READ_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
 
 
 def _kept_entry(name: str, subscripts: list[ast.expr] | None) -> ast.expr:
