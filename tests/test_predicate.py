@@ -1367,6 +1367,19 @@ def doubled_then_sliced(x):
             h = h.abs()
     return h, outputs[2:]
 
+def doubled_then_repeated(x):
+    h = x * 2
+    outputs = [h, x * 3]
+    for _ in range(1):  # not the rest of the function: no continuation
+        if h.sum() > 0:
+            h = h.abs()
+    outputs *= 2
+    return h, outputs[2:]
+
+def a_repeated_item_returned(x):
+    y, rest = doubled_then_repeated(x)
+    return y * 2 if y is rest[0] else y * 3
+
 def other_items_returned(x):
     y, rest = doubled_then_sliced(x)
     return y + rest[0]
@@ -1391,6 +1404,7 @@ def other_items_returned(x):
         "another_name_of_an_expression",
         "yielded_before",
         "an_item_returned",
+        "a_repeated_item_returned",
     ],
 )
 def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_both, name):

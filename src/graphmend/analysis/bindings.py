@@ -675,9 +675,11 @@ def items_read_after(function: FunctionNode, site: ast.stmt, name: str) -> list[
         for node in walk(statement):
             if not (isinstance(node, ast.Name) and node.id == name):
                 continue
+            parent = parents.get(node)
+            if isinstance(parent, ast.AugAssign):
+                return None  # it reads the whole (``outputs *= 2`` repeats its items)
             if not isinstance(node.ctx, ast.Load):
                 continue
-            parent = parents.get(node)
             if not (
                 isinstance(parent, ast.Subscript)
                 and parent.value is node
