@@ -11,20 +11,20 @@ in the graph to check when the graph ends (:mod:`graphmend.runtime.aliasing`),
 and the static analysis (``identity_used_after``) sees the site's function and
 its callees, never its callers, which may live in any module.
 
-So a merge is declined, the site keeping its break, when a caller in the graph
-could reach a tensor a branch gives (:func:`reachable`): one held by a caller's
-frame (its locals, the values on its stack, its closure cells, and what they
-hold: a list, a dict's keys and values, an object's attributes stored in the
-graph), one stored in the graph into an object that existed before it (``self.last
-= x``, a global), or one the graph takes as an input (the caller may read it again
-from wherever it came from: ``self.buffer``), or one the site's own function keeps
-past the site under another name, which it may return to the caller later (``kept
-= h`` before ``if c: h = h.abs()``, then ``return h, kept``; the rewrite names the
-locals live after the site, :func:`_kept_locals`, by the items it reads where it
-reads only constant subscripts of a tuple or a list: ``outputs[2:]``).  That is
-more than identity needs (the caller may never compare), but it keeps the fixes
-where they matter: the branches of the sites found in real models give tensors the site's function
-computed itself (``hidden_states = self.norm(...)`` then ``if ...: hidden_states =
+So a merge is declined, the site keeping its break, when a caller in the graph could
+reach a tensor a branch gives (:func:`reachable`): one held by a caller's frame (its
+locals, the values on its stack, its closure cells, and what they hold: a list, a
+dict's keys and values, an object's attributes stored in the graph), one stored in
+the graph into an object that existed before it (``self.last = x``, a global), or
+one the graph takes as an input (the caller may read it again from wherever it came
+from: ``self.buffer``), or one the site's own function keeps past the site under
+another name, which it may return to the caller later (``kept = h`` before ``if c: h
+= h.abs()``, then ``return h, kept``; the rewrite names the locals live after the
+site, :func:`_kept_locals`, by the items it reads where it reads only constant
+subscripts of a tuple or a list: ``outputs[2:]``). That is more than identity needs
+(the caller may never compare), but it keeps the fixes where they matter: the
+branches of the sites found in real models give tensors the site's function computed
+itself (``hidden_states = self.norm(...)`` then ``if ...: hidden_states =
 hidden_states.clamp(...)``), which no caller holds (the census of bart, t5, longt5,
 whisper, nllb-moe, marian, mvp, plbart, led and gemma2, float32 and float16, fixes
 the same breaks with it).
