@@ -1285,6 +1285,104 @@ def a_buffer_read_again(x):
 def computed_then_clamped(x):
     y = clamp(x * 2)
     return y + 1
+
+def doubled_then_clamped(x):
+    h = x * 2
+    h = h.abs() if h.sum() > 0 else h
+    return h
+
+def clamped_by_an_expression(x):
+    return doubled_then_clamped(x) + 1
+
+def doubled_and_kept(x):
+    h = x * 2
+    kept = h
+    if h.sum() > 0:
+        h = h.abs()
+    return h, kept
+
+def another_name_returned(x):
+    y, kept = doubled_and_kept(x)
+    return y * 2 if y is kept else y * 3
+
+def doubled_in_a_list(x):
+    h = x * 2
+    held = [h]
+    if h.sum() > 0:
+        h = h.abs()
+    return h, held
+
+def a_list_returned(x):
+    y, held = doubled_in_a_list(x)
+    return y * 2 if y is held[0] else y * 3
+
+def doubled_in_a_closure(x):
+    h = x * 2
+    first = h
+    if h.sum() > 0:
+        h = h.abs()
+    return h, lambda: first
+
+def a_closure_returned(x):
+    y, first = doubled_in_a_closure(x)
+    return y * 2 if y is first() else y * 3
+
+def doubled_by_an_expression(x):
+    h = x * 2
+    kept = h
+    h = h.abs() if h.sum() > 0 else h
+    return h, kept
+
+def another_name_of_an_expression(x):
+    y, kept = doubled_by_an_expression(x)
+    return y * 2 if y is kept else y * 3
+
+def doubled_twice_yielded(x):
+    h = x * 2
+    yield h
+    if h.sum() > 0:
+        h = h.abs()
+    yield h
+
+def yielded_before(x):
+    first, second = list(doubled_twice_yielded(x))
+    return first * 2 if first is second else first * 3
+
+def doubled_among_outputs(x):
+    h = x * 2
+    outputs = [h, x * 3, x * 4]
+    if h.sum() > 0:
+        h = h.abs()
+    return h, outputs[2:], outputs[-3]
+
+def an_item_returned(x):
+    y, rest, first = doubled_among_outputs(x)
+    return y * 2 if y is first else y * 3
+
+def doubled_then_sliced(x):
+    h = x * 2
+    outputs = (h, x * 3, x * 4)
+    for _ in range(1):  # not the rest of the function: no continuation
+        if h.sum() > 0:
+            h = h.abs()
+    return h, outputs[2:]
+
+def doubled_then_repeated(x):
+    h = x * 2
+    outputs = [h, x * 3]
+    for _ in range(1):  # not the rest of the function: no continuation
+        if h.sum() > 0:
+            h = h.abs()
+    outputs *= 2
+    return h, outputs[2:]
+
+def a_repeated_item_returned(x):
+    y, rest = doubled_then_repeated(x)
+    return y * 2 if y is rest[0] else y * 3
+
+def other_items_returned(x):
+    y, rest = doubled_then_sliced(x)
+    return y + rest[0]
 """
 
 
@@ -1300,6 +1398,13 @@ def computed_then_clamped(x):
         "through_the_continuation",
         "stored_on_self",
         "a_buffer_read_again",
+        "another_name_returned",
+        "a_list_returned",
+        "a_closure_returned",
+        "another_name_of_an_expression",
+        "yielded_before",
+        "an_item_returned",
+        "a_repeated_item_returned",
     ],
 )
 def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_both, name):
@@ -1308,16 +1413,59 @@ def test_a_merged_value_compared_by_identity_in_the_caller_keeps_the_if(load_bot
     # same graph that holds or can reach x (its locals, `self.last = x`, a buffer it can
     # read again, an earlier call's result) may compare by identity (`y is x`, `id()`, a
     # dict key), which TorchDynamo decides while tracing: the site keeps its break
-    # (runtime/callers.py), under T1 and under the continuation (`pick`) alike.
+    # (runtime/callers.py), under T1 and under the continuation (`pick`) alike.  So may
+    # one the site's function gives back later under another name (`kept = h` before
+    # `if c: h = h.abs()`, `[h]`, a closure's cell, a value a generator yielded before
+    # the site): its other locals count too.
     plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
     _compiled_agrees(getattr(plain, name), getattr(rewritten, name))
 
 
-def test_a_merge_no_caller_can_tell_apart_is_kept(load_both):
+READ_BY_NO_NAME = """
+import torch
+
+def doubled_and_kept(x):
+    h = x * 2
+    kept = h
+    if h.sum() > 0:
+        h = h.abs()
+    return h, locals()["kept"]
+
+def read_by_no_name(x):
+    y, kept = doubled_and_kept(x)
+    return y * 2 if y is kept else y * 3
+"""
+
+
+def _outcome(function, x):
+    """What ``function`` compiled (backend eager) gives for ``x``, or the type it raises."""
+    torch._dynamo.reset()
+    try:
+        return torch.compile(function, backend="eager")(x.clone())
+    except Exception as error:  # the outcome compared
+        return type(error)
+
+
+def test_a_function_reading_its_locals_by_no_name_keeps_the_if(load_both):
+    # `locals()["kept"]` reads a local no name after the site shows: every local counts
+    # as kept.  Merged, the caller got y * 3 where the original gives y * 2 (plain
+    # torch.compile, which prunes `kept` at the break, raises on 2.13: the same).
+    plain, rewritten = load_both(READ_BY_NO_NAME)
+    x = -torch.arange(1.0, 5.0)
+    expected, got = _outcome(plain.read_by_no_name, x), _outcome(rewritten.read_by_no_name, x)
+    assert same(got, expected) if isinstance(expected, torch.Tensor) else got is expected
+
+
+@pytest.mark.parametrize(
+    "name", ["computed_then_clamped", "clamped_by_an_expression", "other_items_returned"]
+)
+def test_a_merge_no_caller_can_tell_apart_is_kept(load_both, name):
     # The caller holds no tensor a branch gives (`clamp(x * 2)`: the product is only
-    # clamp's): the merge stays, in one graph.
+    # clamp's; `h = h.abs() if ... else h` rebinds the only name of it; `outputs`, which
+    # holds it, is read after the site only by `outputs[1:]`, as in LongT5's block):
+    # the merge stays, in one graph.
     plain, rewritten = load_both(IDENTITY_IN_THE_CALLER)
-    _compiled_agrees(plain.computed_then_clamped, rewritten.computed_then_clamped, graphs=1)
+    _compiled_agrees(getattr(plain, name), getattr(rewritten, name), graphs=1)
 
 
 @pytest.mark.parametrize("name", ["viewed_or_not", "version_of_a_merged_value"])

@@ -658,3 +658,45 @@ def read_before_written(statements: list[ast.stmt], name: str) -> bool:
             if name in assigned_by(statement):
                 return False
     return False
+
+
+def items_read_after(function: FunctionNode, site: ast.stmt, name: str) -> list[ast.expr] | None:
+    """The constant subscripts (an int, or a slice of int constants: ``outputs[2:]``) that
+    are all ``name`` is read by after ``site``, or ``None`` where it may be read otherwise
+    (whole, by a computed index, in a nested function, or where that is unknown)."""
+    if any(_reads_enclosing(inner, name) for inner in _nested_scopes(function)):
+        return None
+    continuation = _continuation(function, site)
+    if continuation is None:
+        return None
+    subscripts: list[ast.expr] = []
+    for statement in continuation:
+        parents = {child: node for node in walk(statement) for child in ast.iter_child_nodes(node)}
+        for node in walk(statement):
+            if not (isinstance(node, ast.Name) and node.id == name):
+                continue
+            parent = parents.get(node)
+            if isinstance(parent, ast.AugAssign):
+                return None  # it reads the whole (``outputs *= 2`` repeats its items)
+            if not isinstance(node.ctx, ast.Load):
+                continue
+            if not (
+                isinstance(parent, ast.Subscript)
+                and parent.value is node
+                and isinstance(parent.ctx, ast.Load)
+                and _constant_index(parent.slice)
+            ):
+                return None
+            subscripts.append(parent.slice)
+    return subscripts
+
+
+def _constant_index(node: ast.expr) -> bool:
+    """Whether ``node`` is an int constant (``-1`` too) or a slice of them and ``None``."""
+    if isinstance(node, ast.Slice):
+        parts = (node.lower, node.upper, node.step)
+        return all(part is None or _constant_index(part) for part in parts)
+    try:
+        return type(ast.literal_eval(node)) is int
+    except (ValueError, TypeError, SyntaxError):
+        return False

@@ -46,7 +46,9 @@ from graphmend.analysis.bindings import (
     assigned_on_every_path,
     identity_used_after,
     is_name_target,
+    items_read_after,
     live_after,
+    names_read,
     stored_names,
     used_in_place_after,
 )
@@ -121,6 +123,36 @@ class PredicateRewrite(FunctionStatementRewriter):
             return None
         rewritten = self._rewrite_if(statement, tail=tail)
         return rewritten if isinstance(rewritten, list) else None
+
+    def kept_after(
+        self, statement: ast.stmt, rebound: Sequence[str], also: Iterable[str] = ()
+    ) -> ast.expr:
+        """The names of the enclosing function that may be read after ``statement``, a
+        site's, but ``rebound`` (those it binds to its results), with ``also``: the
+        runtime's ``branch`` argument ``kept``.  Their values survive the merge, and may
+        reach a caller, which could compare one by identity with a merged tensor
+        (``kept = h`` before ``if c: h = h.abs()``, then ``return h, kept``;
+        :mod:`graphmend.runtime.callers`).  ``None`` (every local) where the function
+        may read its locals by no name (``return locals()``)."""
+        function = self.enclosing.functions[-1]
+        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        scopes, functions = self.module.scopes, self.enclosing.functions
+        if any(
+            scopes.resolve(name, functions) is not Resolution.LOCAL
+            for name in names_read(function) & _READ_EVERY_LOCAL
+        ):
+            return ast.Constant(None)
+        candidates = scopes.locals_of(function) | {  # its free variables too
+            name
+            for name in names_read(function)
+            if scopes.resolve(name, functions) is Resolution.LOCAL
+        }
+        live = {name for name in candidates - set(rebound) if live_after(function, statement, name)}
+        kept = [
+            _kept_entry(name, None if name in also else items_read_after(function, statement, name))
+            for name in sorted(live | set(also))
+        ]
+        return _tuple(kept)
 
     # -- if statements -------------------------------------------------------------------
 
@@ -288,6 +320,10 @@ class _Site:
             ast.Constant(self.facts.expensive),
             _tuple(in_place),
         )
+        kept = (
+            _tuple([]) if self.returns else self.rewriter.kept_after(self.statement, self.outputs)
+        )
+        call.keywords.append(ast.keyword(arg="kept", value=kept))
         return [
             *prelude,
             ast.Assign(targets=[store(condition_name)], value=condition),
@@ -535,12 +571,27 @@ class _ConditionalExpressions(ast.NodeTransformer):
         self.rewriter = rewriter
         self.statement = statement
         self.whole_value = getattr(copy_, "value", None)  # the expression the copy computes
+        self.whole_statement = copy_
         self.definitions = definitions
         self.bound = rewriter.bound_at(statement)
         self.search: str | None = None  # the statement's search token, named by its first site
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         return node  # its own scope
+
+    def _kept(self, node: ast.IfExp) -> ast.expr:
+        """The ``kept`` argument of the runtime's ``branch`` for ``node``
+        (:meth:`PredicateRewrite.kept_after`): the statement's target is rebound where
+        ``node`` is its whole value (``h = ... if c else h``); where it is part of a
+        larger one, the statement may read any name after the merge too."""
+        statement = self.whole_statement
+        if self.whole_value is not node:
+            return self.rewriter.kept_after(self.statement, [], also=names_read(statement))
+        if isinstance(statement, ast.Return):
+            return _tuple([])
+        targets = statement.targets if isinstance(statement, ast.Assign) else []
+        rebound = [target.id for target in targets if isinstance(target, ast.Name)]
+        return self.rewriter.kept_after(self.statement, rebound if len(targets) == 1 else [])
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
 
@@ -583,6 +634,7 @@ class _ConditionalExpressions(ast.NodeTransformer):
             ),
             ast.Constant(checker.facts.expensive),
         )
+        call.keywords.append(ast.keyword(arg="kept", value=self._kept(node)))
         merged = ast.NamedExpr(target=store(names["merged"]), value=call)
         # Not exact to merge: the original choice, on the host, in this frame (the
         # original graph break; inside a helper it would split the graph once more),
@@ -664,6 +716,29 @@ def submodule_read(
         owner = safe_attribute_chain(chain.value, bound, class_name)
         return runtime_call("callee", owner, ast.Constant(mangled(chain.attr, class_name)))
     return safe_attribute_chain(chain, bound, class_name)
+
+
+#: Builtins that read a function's locals by no name (``locals()``, ``vars()``, ``eval``).
+_READ_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
+
+
+def _kept_entry(name: str, subscripts: list[ast.expr] | None) -> ast.expr:
+    """``name``, an entry of ``branch``'s ``kept``; with the constant ``subscripts`` that are
+    all it is read by after the site (``outputs[2:]``), ``(name, 2, (2, None, None))``:
+    only those items may reach a caller (an int, or a slice as its three parts)."""
+    if subscripts is None:
+        return ast.Constant(name)
+    selectors = [
+        _tuple(ast.Constant(_literal(part)) for part in (each.lower, each.upper, each.step))
+        if isinstance(each, ast.Slice)
+        else ast.Constant(_literal(each))
+        for each in subscripts
+    ]
+    return _tuple([ast.Constant(name), *selectors])
+
+
+def _literal(node: ast.expr | None) -> int | None:
+    return None if node is None else ast.literal_eval(node)
 
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:

@@ -160,25 +160,30 @@ def _standing_for(tensors: list[torch.Tensor], peers: list[_Merge]) -> list[torc
     return found
 
 
-def watch(merged: Sequence[Any], branches: Sequence[Any]) -> bool:
+def watch(merged: Sequence[Any], branches: Sequence[Any], kept: Sequence[Any] | None) -> bool:
     """Record ``merged`` (the tensors a site's runtime function made) and ``branches``
     (the branches' own tensors in those places) for the check before the graph is
-    compiled; False (nothing recorded) where this torch's tracer does not have the
-    internals it needs, and the caller runs the original code.  Called only while
-    tracing, after :func:`attempts.open_site`."""
-    return ask_tracer(_watch, False, merged, branches)
+    compiled; ``kept``: the locals of the site's function that may be read after it,
+    but those it binds to ``merged`` (``None``: unknown, all).  False (nothing
+    recorded) where this torch's tracer does not have the internals it needs, and the
+    caller runs the original code.  Called only while tracing, after
+    :func:`attempts.open_site`."""
+    return ask_tracer(_watch, False, merged, branches, kept)
 
 
-def _watch(tracer: Any, merged_variable: Any, branches_variable: Any) -> bool | None:
+def _watch(
+    tracer: Any, merged_variable: Any, branches_variable: Any, kept_variable: Any
+) -> bool | None:
     """Asked while TorchDynamo traces :func:`watch`."""
     try:
         site = attempts.opened_site(tracer.parent)
         merged = fakes(merged_variable)
         branches = fakes(branches_variable)
-    except (AttributeError, KeyError, TypeError):
+        kept = kept_variable.as_python_constant()
+    except (AttributeError, KeyError, TypeError, NotImplementedError):
         return None  # a release without these internals
     paired = len(branches) == 2 * len(merged)
-    return site is not None and record(tracer, site, merged, branches, paired=paired)
+    return site is not None and record(tracer, site, merged, branches, paired=paired, kept=kept)
 
 
 def stored_alias(
@@ -235,15 +240,19 @@ def record(
     branches: list[torch.Tensor],
     *,
     paired: bool = False,
+    kept: Sequence[Any] | None = (),
 ) -> bool:
     """From a ``comptime`` hook: check, before ``tracer``'s graph is compiled, that the
     program cannot tell ``merged`` from ``branches`` (fake tensors; with ``paired``,
     the two branch tensors of each merged one in turn, else any branch tensor may stand
     for any merged one); False where that cannot be checked (an inference tensor's
     version, an internal missing, or a caller in the graph that could compare a branch's
-    tensor with a merged one by identity, :func:`_callers_may_compare`)."""
+    tensor with a merged one by identity, :func:`_callers_may_compare`).  ``kept``:
+    the locals of the site's function that may be read after it, but those it binds to
+    ``merged``, which may reach a caller later (``None``: unknown, all;
+    :func:`callers.reachable`)."""
     try:
-        reachable = callers.reachable(tracer)
+        reachable = callers.reachable(tracer, kept)
     except AttributeError:
         return False
     if reachable is not None and _callers_may_compare(tracer, site, branches, reachable):

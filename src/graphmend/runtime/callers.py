@@ -11,16 +11,20 @@ in the graph to check when the graph ends (:mod:`graphmend.runtime.aliasing`),
 and the static analysis (``identity_used_after``) sees the site's function and
 its callees, never its callers, which may live in any module.
 
-So a merge is declined, the site keeping its break, when a caller in the graph
-could reach a tensor a branch gives (:func:`reachable`): one held by a caller's
-frame (its locals, the values on its stack, its closure cells, and what they
-hold: a list, a dict's keys and values, an object's attributes stored in the
-graph), one stored in the graph into an object that existed before it (``self.last
-= x``, a global), or one the graph takes as an input (the caller may read it again
-from wherever it came from: ``self.buffer``).  That is more than identity needs
+So a merge is declined, the site keeping its break, when a caller in the graph could
+reach a tensor a branch gives (:func:`reachable`): one held by a caller's frame (its
+locals, the values on its stack, its closure cells, and what they hold: a list, a
+dict's keys and values, an object's attributes stored in the graph), one stored in
+the graph into an object that existed before it (``self.last = x``, a global), or
+one the graph takes as an input (the caller may read it again from wherever it came
+from: ``self.buffer``), or one the site's own function keeps past the site under
+another name, which it may return to the caller later (``kept = h`` before ``if c: h
+= h.abs()``, then ``return h, kept``; the rewrite names the locals live after the
+site, :func:`_kept_locals`, by the items it reads where it reads only constant
+subscripts of a tuple or a list: ``outputs[2:]``). That is more than identity needs
 (the caller may never compare), but it keeps the fixes where they matter: the
-branches of the sites found in real models give tensors the site's function
-computed itself (``hidden_states = self.norm(...)`` then ``if ...: hidden_states =
+branches of the sites found in real models give tensors the site's function computed
+itself (``hidden_states = self.norm(...)`` then ``if ...: hidden_states =
 hidden_states.clamp(...)``), which no caller holds (the census of bart, t5, longt5,
 whisper, nllb-moe, marian, mvp, plbart, led and gemma2, float32 and float16, fixes
 the same breaks with it).
@@ -37,11 +41,13 @@ The translators and variables read here are TorchDynamo internals (2.5, 2.13).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from graphmend.rewrites.common import PREFIX
 
 #: The folder of GraphMend's runtime: a frame whose code is here is not the user's.
 _RUNTIME = Path(__file__).resolve().parent
@@ -69,16 +75,18 @@ def _is_users(tracer: Any) -> bool:
     return not Path(tracer.f_code.co_filename).resolve().is_relative_to(_RUNTIME)
 
 
-def reachable(tracer: Any) -> list[torch.Tensor] | None:
+def reachable(tracer: Any, kept: Sequence[Any] | None = ()) -> list[torch.Tensor] | None:
     """The tensors (fake) a caller of the site's function could reach after it returns
     (see the module's docstring); ``None`` where the function has no caller in the
-    graph (its results leave the graph, which :mod:`aliasing` checks).  Raises
-    ``AttributeError`` where this torch's internals differ."""
+    graph (its results leave the graph, which :mod:`aliasing` checks).  ``kept``: the
+    site's function's locals that may be read after it, but those it binds to its
+    results (``None``: unknown, all but GraphMend's own; :func:`_kept_locals`).
+    Raises ``AttributeError`` where this torch's internals differ."""
     frames = callers(tracer)
     if not frames:
         return None
     side_effects = tracer.output.side_effects
-    roots: list[Any] = []
+    roots: list[Any] = _kept_locals(tracer, kept)
     for frame in frames:
         roots += [*frame.symbolic_locals.values(), *frame.stack]
         roots += list(getattr(frame, "closure_cells", {}).values())  # 2.5
@@ -90,6 +98,53 @@ def reachable(tracer: Any) -> list[torch.Tensor] | None:
         if getattr(variable, "source", None) is not None
     ]
     return [*_tensors_in(roots, side_effects.store_attr_mutations), *_inputs(tracer.output)]
+
+
+def _kept_locals(tracer: Any, kept: Sequence[Any] | None) -> list[Any]:
+    """The values of the ``kept`` locals (``None``: all but GraphMend's own; a name, or a
+    name with the items it is read by after the site, :func:`_selected`) of the
+    site's own function, the user's frame that called GraphMend's runtime: they survive
+    the merge and may reach a caller later.  ``def f(x): h = x * 2; g = h; if c: h =
+    h.abs(); return h, g`` returns ``g``, the tensor the else-branch gives, next to the
+    merged ``h``: the original returns one tensor twice, and a caller may compare them
+    (``y is g``).  Not its stack, which holds the branches' arguments.  A generator's
+    values yielded before the site are its consumer's (``a, b = list(gen(x))``)."""
+    frame = tracer
+    while frame is not None and not _is_users(frame):
+        frame = frame.parent
+    if frame is None:
+        return []
+    cells = getattr(frame, "closure_cells", {})  # 2.5; 2.13 keeps them with the locals
+    named = {**cells, **frame.symbolic_locals}
+    yielded = list(getattr(frame, "generated_items", []))
+    if kept is None:
+        return yielded + [value for name, value in named.items() if not name.startswith(PREFIX)]
+    found = yielded
+    for entry in kept:
+        name, selectors = (entry, None) if isinstance(entry, str) else (entry[0], entry[1:])
+        if name in named:
+            found += _selected(named[name], selectors)
+    return found
+
+
+def _selected(variable: Any, selectors: Sequence[Any] | None) -> list[Any]:
+    """The items of a tuple's or list's ``variable`` that ``selectors`` pick (an int, or a
+    slice's three parts); ``variable`` itself without selectors, or where it is not one
+    (``kept`` of :func:`_kept_locals`)."""
+    from torch._dynamo.variables import BaseListVariable
+
+    if selectors is None or not isinstance(variable, BaseListVariable):
+        return [variable]
+    items = list(variable.items)
+    picked: list[Any] = []
+    for selector in selectors:
+        if isinstance(selector, tuple):
+            if selector[2] == 0:
+                return [variable]  # the original raises there
+            picked += items[slice(*selector)]
+        elif -len(items) <= selector < len(items):
+            picked.append(items[selector])
+    return picked
 
 
 def _inputs(output: Any) -> list[torch.Tensor]:

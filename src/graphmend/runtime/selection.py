@@ -131,13 +131,16 @@ def branch(
     modules: Sequence[Any],
     expensive: bool,
     in_place: Sequence[Any] = (),
+    kept: Sequence[Any] | None = None,
 ) -> tuple[Any, ...] | None:
     """The branches' results merged under ``condition``, or ``None`` to run the original.
 
     The last ``len(in_place)`` results are new values for the tensors the
     branches store into by index: they are written into those tensors in
-    place, and not returned.  A branch gives ``None`` when an ``if`` nested in
-    it cannot be merged, or when it cannot be traced.
+    place, and not returned.  ``kept``: the function's locals that may be read
+    after the site, but those it binds to the results (``None``: unknown, all), for
+    the aliasing check (:func:`graphmend.runtime.aliasing.watch`).  A branch gives
+    ``None`` when an ``if`` nested in it cannot be merged, or when it cannot be traced.
     """
     if not tracing() or not is_scalar_tensor(condition):
         return None
@@ -246,6 +249,7 @@ def branch(
     if not watch(
         tuple(merged[i] for i in selected),
         tuple(v for i in selected for v in (then_values[i], else_values[i])),
+        kept,
     ):
         declined("predicate", "this torch release cannot check the merge's aliasing")
         return None
