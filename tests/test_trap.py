@@ -622,6 +622,16 @@ def test_a_changing_global_given_as_the_message_adds_no_graphs(load_both):
     assert graphs[1] <= graphs[0]
 
 
+def _each_compiled_and_passed(*modules):
+    """Each module with its ``f`` compiled afresh (backend eager), called once with an
+    input its guard passes."""
+    for module in modules:
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend="eager")
+        compiled(torch.ones(2))
+        yield module, compiled
+
+
 def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
     """Unbound when the guard fires: NameError, as the original's f-string raises."""
     plain, mended = load_both("""
@@ -632,10 +642,7 @@ def test_a_global_a_message_reads_is_looked_up_as_the_original_does(load_both):
             return x
     """)
     outcomes = []
-    for module in (plain, mended):
-        torch._dynamo.reset()
-        compiled = torch.compile(module.f, backend="eager")
-        compiled(torch.ones(2))
+    for module, compiled in _each_compiled_and_passed(plain, mended):
         error = _outcome(compiled, torch.full((2,), 1000.0))
         module.LIMIT = 100
         outcomes.append((error, _outcome(compiled, torch.full((2,), 1000.0))))
@@ -706,10 +713,7 @@ def test_an_unbound_global_in_a_message_raises_the_original_name_error(load_both
             return x
     """)
     errors = []
-    for module in (plain, mended):
-        torch._dynamo.reset()
-        compiled = torch.compile(module.f, backend="eager")
-        compiled(torch.ones(2))
+    for _, compiled in _each_compiled_and_passed(plain, mended):
         with pytest.raises(NameError) as raised:
             compiled(torch.full((2,), 1000.0))
         capsys.readouterr()
