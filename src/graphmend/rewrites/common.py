@@ -19,8 +19,8 @@ from graphmend.analysis.purity import may_hold_tensor_data, qualified_name, tens
 from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.analysis.walking import walk
 from graphmend.findings import Decision, Finding, site_source
+from graphmend.generated import PREFIX
 
-PREFIX = "_@gm_"
 RUNTIME = f"{PREFIX}rt"  # the module global holding graphmend.runtime
 TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from graphmend.rewrites.common import PREFIX
+from graphmend.generated import PREFIX
 
 #: The folder of GraphMend's runtime: a frame whose code is here is not the user's.
 _RUNTIME = Path(__file__).resolve().parent
