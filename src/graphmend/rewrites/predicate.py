@@ -46,7 +46,6 @@ from graphmend.analysis.bindings import (
     assigned_on_every_path,
     identity_used_after,
     is_name_target,
-    items_read_after,
     live_after,
     names_read,
     stored_names,
@@ -69,6 +68,7 @@ from graphmend.rewrites.common import (
     store,
 )
 from graphmend.rewrites.conditions import ConditionTranslator, test_to_evaluate_again
+from graphmend.rewrites.kept_names import kept_argument
 
 
 @dataclass
@@ -127,32 +127,10 @@ class PredicateRewrite(FunctionStatementRewriter):
     def kept_after(
         self, statement: ast.stmt, rebound: Sequence[str], also: Iterable[str] = ()
     ) -> ast.expr:
-        """The names of the enclosing function that may be read after ``statement``, a
-        site's, but ``rebound`` (those it binds to its results), with ``also``: the
-        runtime's ``branch`` argument ``kept``.  Their values survive the merge, and may
-        reach a caller, which could compare one by identity with a merged tensor
-        (``kept = h`` before ``if c: h = h.abs()``, then ``return h, kept``;
-        :mod:`graphmend.runtime.callers`).  ``None`` (every local) where the function
-        may read its locals by no name (``return locals()``)."""
-        function = self.enclosing.functions[-1]
-        assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
-        scopes, functions = self.module.scopes, self.enclosing.functions
-        if any(
-            scopes.resolve(name, functions) is not Resolution.LOCAL
-            for name in names_read(function) & _READ_EVERY_LOCAL
-        ):
-            return ast.Constant(None)
-        candidates = scopes.locals_of(function) | {  # its free variables too
-            name
-            for name in names_read(function)
-            if scopes.resolve(name, functions) is Resolution.LOCAL
-        }
-        live = {name for name in candidates - set(rebound) if live_after(function, statement, name)}
-        kept = [
-            _kept_entry(name, None if name in also else items_read_after(function, statement, name))
-            for name in sorted(live | set(also))
-        ]
-        return _tuple(kept)
+        """The runtime ``branch``'s argument ``kept`` for the site ``statement``
+        (:mod:`graphmend.rewrites.kept_names`)."""
+        functions = self.enclosing.functions
+        return kept_argument(self.module.scopes, functions, statement, rebound, also)
 
     # -- if statements -------------------------------------------------------------------
 
@@ -716,29 +694,6 @@ def submodule_read(
         owner = safe_attribute_chain(chain.value, bound, class_name)
         return runtime_call("callee", owner, ast.Constant(mangled(chain.attr, class_name)))
     return safe_attribute_chain(chain, bound, class_name)
-
-
-#: Builtins that read a function's locals by no name (``locals()``, ``vars()``, ``eval``).
-_READ_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
-
-
-def _kept_entry(name: str, subscripts: list[ast.expr] | None) -> ast.expr:
-    """``name``, an entry of ``branch``'s ``kept``; with the constant ``subscripts`` that are
-    all it is read by after the site (``outputs[2:]``), ``(name, 2, (2, None, None))``:
-    only those items may reach a caller (an int, or a slice as its three parts)."""
-    if subscripts is None:
-        return ast.Constant(name)
-    selectors = [
-        _tuple(ast.Constant(_literal(part)) for part in (each.lower, each.upper, each.step))
-        if isinstance(each, ast.Slice)
-        else ast.Constant(_literal(each))
-        for each in subscripts
-    ]
-    return _tuple([ast.Constant(name), *selectors])
-
-
-def _literal(node: ast.expr | None) -> int | None:
-    return None if node is None else ast.literal_eval(node)
 
 
 def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:
