@@ -119,15 +119,26 @@ class CacheCheck:
 
 @cache
 def graphmend_fingerprint() -> str:
-    """A digest of GraphMend's own source: a change to any rewrite invalidates entries."""
+    """A digest of GraphMend's own source: a change to any rewrite invalidates entries.
+
+    Only the files Python can import as GraphMend's modules count: an editor's files
+    beside them (Emacs's lock file ``.#cache.py``, a dangling symbolic link while the
+    file is being edited) are none of its code.  OSError when a module cannot be read.
+    """
     import graphmend
 
     package = Path(graphmend.__file__).parent
     digest = hashlib.sha256(graphmend.__version__.encode())
-    for path in sorted(package.rglob("*.py")):
+    modules = (path for path in package.rglob("*.py") if _importable(path, package))
+    for path in sorted(modules):
         digest.update(path.relative_to(package).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _importable(path: Path, package: Path) -> bool:
+    """Whether ``path`` (below ``package``) names a module Python could import."""
+    return all(part.isidentifier() for part in path.relative_to(package).with_suffix("").parts)
 
 
 def _digest(*parts: bytes) -> bytes:

@@ -105,9 +105,8 @@ class ModuleRewriter:
             # runtime that rewritten code imports needs all of torch.
             return Outcome(Status.LEFT_ALONE, None, reason="torch is being imported")
         started = time.perf_counter()
-        key = None
-        if self.cache is not None:
-            key = self.cache.key(source, filename, self.config.settings_key())
+        key = self._cache_key(filename, source)
+        if self.cache is not None and key is not None:
             entry = self.cache.load(module_name, key)
             if entry is not None:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary, warns=entry.warns)
@@ -116,6 +115,23 @@ class ModuleRewriter:
         if outcome.code is not None and self.cache is not None and key is not None:
             self.cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
         return outcome
+
+    def _cache_key(self, filename: str, source: bytes) -> bytes | None:
+        """The cache key of a module's code; ``None`` when there is no cache, or when the
+        key cannot be computed (GraphMend's own source cannot be read: the cache is then
+        turned off for this process, with a warning)."""
+        if self.cache is None:
+            return None
+        try:
+            return self.cache.key(source, filename, self.config.settings_key())
+        except OSError as error:
+            self.cache = None
+            warn(
+                f"graphmend does not use its cache: its own source cannot be read "
+                f"({_describe(error)}). Modules are rewritten without the cache.",
+                stacklevel=3,
+            )
+            return None
 
     def _rewrite(self, filename: str, source: bytes, started: float) -> Outcome:
         # Only now, on a miss: a warm import loads none of the analysis and rewrites.
