@@ -623,6 +623,26 @@ def test_cli_clear_leaves_a_cache_others_can_write_and_says_so(cache_dir, module
         cache_dir.chmod(0o700)
 
 
+def test_cli_clear_removes_only_graphmends_entries(tmp_path, monkeypatch, capsys):
+    # GRAPHMEND_CACHE_DIR naming a directory of the user's own (a home, a project): every
+    # file ending in .gmc one level down was deleted as an entry.
+    home = tmp_path / "home"
+    own = home / "project" / "level.gmc"
+    own.parent.mkdir(parents=True, mode=0o700)
+    own.write_bytes(b"the user's own data")
+    home.chmod(0o700)
+    module = tmp_path / "cached_module.py"
+    module.write_bytes(SOURCE)
+    assert _build(home, module).status is Status.REWRITTEN
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(home))
+    assert cli_main(["cache", "clear"]) == 1
+    out, err = capsys.readouterr()
+    assert out == f"removed 1 entry from {home}\n"
+    assert f"{own} is not an entry of GraphMend's cache; it was left as it is" in err
+    assert own.read_bytes() == b"the user's own data"
+    assert _entries(home) == [own]
+
+
 #: Runs a command without root's power to ignore file modes (as root, through setpriv).
 AS_A_USER = (
     ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]

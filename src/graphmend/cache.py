@@ -334,7 +334,7 @@ class BytecodeCache:
         try:
             for tag_dir in self._tag_directories(distrusted):
                 for path in _listing(tag_dir, SUFFIX):
-                    problem = _removal_problem(path)
+                    problem = _foreign_file(path) or _removal_problem(path)
                     if problem is None:
                         removed += 1
                     else:
@@ -360,6 +360,23 @@ def _listing(directory: Path, suffix: str = "") -> list[Path]:
     (``Path.glob`` would say nothing)."""
     with os.scandir(directory) as children:
         return [Path(child.path) for child in children if child.name.endswith(suffix)]
+
+
+def _foreign_file(path: Path) -> str | None:
+    """Why ``path``, named as an entry, must be left as it is, or ``None``: it does not
+    start as GraphMend's entries do (a ``GRAPHMEND_CACHE_DIR`` naming a directory of the
+    user's own must not cost the user's ``.gmc`` files)."""
+    try:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"{path} cannot be read ({error.strerror or error}); it was left as it is"
+    with os.fdopen(descriptor, "rb") as handle:
+        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+        if regular and handle.read(len(_MAGIC)) == _MAGIC:
+            return None
+    return f"{path} is not an entry of GraphMend's cache; it was left as it is"
 
 
 def _removal_problem(path: Path) -> str | None:
