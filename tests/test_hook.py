@@ -118,6 +118,23 @@ def test_a_module_loaded_with_source_file_loader_load_module_is_claimed(
     assert type(after.__loader__) is importlib.machinery.SourceFileLoader
 
 
+def test_a_spec_whose_given_loader_names_another_file_runs_that_file(tmp_path, cache_dir):
+    # spec_from_file_location(name, a.py, loader=SourceFileLoader(name, b.py)): Python runs
+    # b.py, the loader's file; the claimed spec had GraphMend's loader run a.py instead.
+    spec_file, loader_file = tmp_path / "a.py", tmp_path / "b.py"
+    spec_file.write_text("WHO = 'a'\n")
+    loader_file.write_text("WHO = 'b'\n")
+    name = f"gm_given_loader_{os.getpid()}"
+    _install(name, cache_dir=cache_dir)
+    loader = importlib.machinery.SourceFileLoader(name, str(loader_file))
+    spec = importlib.util.spec_from_file_location(name, str(spec_file), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.WHO == "b"
+    assert spec.loader is loader
+
+
 def test_resources_of_a_claimed_package(tmp_path, monkeypatch, cache_dir):
     package = tmp_path / "pkgs" / "gm_resources_pkg"
     package.mkdir(parents=True)
