@@ -135,6 +135,21 @@ def test_a_spec_whose_given_loader_names_another_file_runs_that_file(tmp_path, c
     assert spec.loader is loader
 
 
+def test_installing_again_puts_back_a_hook_taken_out_of_meta_path(
+    write_module, cache_dir, monkeypatch
+):
+    # A harness that restores sys.meta_path drops the finder; install() with the same
+    # settings returned the installation as it was, claiming nothing.
+    name = write_module(MODULE)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    saved = list(sys.meta_path)
+    _install(name, cache_dir=cache_dir)
+    sys.meta_path[:] = saved
+    installation = _install(name, cache_dir=cache_dir)
+    assert installation.active and sys.meta_path.count(installation.finder) == 1
+    assert isinstance(importlib.import_module(name).__loader__, GraphMendLoader)
+
+
 def test_resources_of_a_claimed_package(tmp_path, monkeypatch, cache_dir):
     package = tmp_path / "pkgs" / "gm_resources_pkg"
     package.mkdir(parents=True)
