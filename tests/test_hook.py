@@ -206,6 +206,29 @@ def test_syntax_error_is_exactly_the_one_python_raises(write_module, cache_dir):
     assert raised.value.filename.endswith(f"{claimed}.py")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="Python's import drops its own frames from a syntax error's traceback only "
+    "where they run up to _call_with_frames_removed unbroken (import.c, "
+    "remove_importlib_frames); GraphMendLoader.get_code, which compiles the source "
+    "Python's way when it falls back, sits between them, so the traceback keeps "
+    "_find_and_load ... exec_module and importer.py's get_code: the same error and "
+    "lines, five more frames",
+)
+def test_a_syntax_errors_traceback_has_the_frames_python_shows(write_module, cache_dir):
+    source = "import torch\ndef f(:\n    pass\n"
+    plain, claimed = write_module(source), write_module(source)
+
+    def frames(name: str) -> list[str]:
+        with pytest.raises(SyntaxError) as raised:
+            exec(f"import {name}", {})  # an import statement, as a program imports
+        return [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)]
+
+    expected = frames(plain)
+    _install(claimed, cache_dir=cache_dir)
+    assert frames(claimed) == expected
+
+
 def test_non_utf8_source_with_a_coding_cookie(write_module, cache_dir, capsys):
     source = (
         "# -*- coding: latin-1 -*-\n"
