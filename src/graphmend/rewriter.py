@@ -105,15 +105,16 @@ class ModuleRewriter:
             # runtime that rewritten code imports needs all of torch.
             return Outcome(Status.LEFT_ALONE, None, reason="torch is being imported")
         started = time.perf_counter()
+        cache = self.cache  # read once: another thread's import may turn it off
         key = self._cache_key(filename, source)
-        if self.cache is not None and key is not None:
-            entry = self.cache.load(module_name, key)
+        if cache is not None and key is not None:
+            entry = cache.load(module_name, key)
             if entry is not None:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary, warns=entry.warns)
         with _collector_paused():
             outcome = self._rewrite(filename, source, started)
-        if outcome.code is not None and self.cache is not None and key is not None:
-            self.cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
+        if outcome.code is not None and cache is not None and key is not None:
+            cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
         return outcome
 
     def _cache_key(self, filename: str, source: bytes) -> bytes | None:
