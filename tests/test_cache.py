@@ -127,6 +127,42 @@ def test_two_releases_of_graphmend_keep_an_entry_each(cache_dir, module_file, mo
         graphmend_fingerprint.cache_clear()
 
 
+def test_an_editors_lock_file_beside_graphmends_modules_breaks_no_import(
+    cache_dir, module_file, tmp_path, monkeypatch
+):
+    # Emacs locks a file it edits with a dangling symbolic link ``.#name.py`` beside it:
+    # in an editable checkout of GraphMend, hashing it failed every claimed import.
+    copy = tmp_path / "checkout" / "graphmend"
+    shutil.copytree(Path(graphmend.__file__).parent, copy, ignore=shutil.ignore_patterns("*.pyc"))
+    monkeypatch.setattr(graphmend, "__file__", str(copy / "__init__.py"))
+    try:
+        graphmend_fingerprint.cache_clear()
+        before = graphmend_fingerprint()
+        (copy / ".#cache.py").symlink_to("user@host.1234:1700000000")
+        graphmend_fingerprint.cache_clear()
+        assert graphmend_fingerprint() == before
+        assert _build(cache_dir, module_file).status is Status.REWRITTEN
+        assert len(_entries(cache_dir)) == 1
+    finally:
+        monkeypatch.undo()
+        graphmend_fingerprint.cache_clear()
+
+
+def test_graphmend_source_that_cannot_be_read_turns_the_cache_off_not_the_import(
+    cache_dir, module_file, monkeypatch
+):
+    def unreadable() -> str:
+        raise PermissionError(13, "Permission denied", "graphmend/pipeline.py")
+
+    monkeypatch.setattr("graphmend.cache.graphmend_fingerprint", unreadable)
+    rewriter = ModuleRewriter(Config(packages=("cached_module",), cache_dir=cache_dir))
+    with pytest.warns(GraphMendWarning, match="its own source cannot be read") as caught:
+        outcomes = [rewriter.build("cached_module", str(module_file), SOURCE) for _ in range(2)]
+    assert [outcome.status for outcome in outcomes] == [Status.REWRITTEN, Status.REWRITTEN]
+    assert len(caught) == 1
+    assert _entries(cache_dir) == []
+
+
 def test_entry_of_another_key_under_the_same_name_is_not_used(cache_dir, module_file):
     _build(cache_dir, module_file)
     (entry,) = _entries(cache_dir)
@@ -585,6 +621,26 @@ def test_cli_clear_leaves_a_cache_others_can_write_and_says_so(cache_dir, module
         assert entry.exists()
     finally:
         cache_dir.chmod(0o700)
+
+
+def test_cli_clear_removes_only_graphmends_entries(tmp_path, monkeypatch, capsys):
+    # GRAPHMEND_CACHE_DIR naming a directory of the user's own (a home, a project): every
+    # file ending in .gmc one level down was deleted as an entry.
+    home = tmp_path / "home"
+    own = home / "project" / "level.gmc"
+    own.parent.mkdir(parents=True, mode=0o700)
+    own.write_bytes(b"the user's own data")
+    home.chmod(0o700)
+    module = tmp_path / "cached_module.py"
+    module.write_bytes(SOURCE)
+    assert _build(home, module).status is Status.REWRITTEN
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(home))
+    assert cli_main(["cache", "clear"]) == 1
+    out, err = capsys.readouterr()
+    assert out == f"removed 1 entry from {home}\n"
+    assert f"{own} is not an entry of GraphMend's cache; it was left as it is" in err
+    assert own.read_bytes() == b"the user's own data"
+    assert _entries(home) == [own]
 
 
 #: Runs a command without root's power to ignore file modes (as root, through setpriv).

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import traceback
 import zipfile
 from pathlib import Path
 from unittest.mock import ANY
 
 import pytest
 
+import graphmend
+from graphmend import runner
 from helpers.processes import run_python
 
 IDENTITY = textwrap.dedent(
@@ -450,3 +454,24 @@ def test_console_script_help_names_the_console_script():
         assert result.stdout.startswith(usage)
     bogus = subprocess.run([str(script), "run", "--bogus", "x.py"], capture_output=True, text=True)
     assert "(see 'graphmend run -h')" in bogus.stderr
+
+
+def test_a_script_in_a_directory_named_like_graphmends_package_keeps_its_traceback(
+    capsys, monkeypatch
+):
+    # Frames of files under GraphMend's package are dropped from the top of an uncaught
+    # error's traceback; a script in graphmend_tools/ beside it is none of them (its whole
+    # traceback was dropped: "ValueError: boom" alone).
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        monkeypatch.setattr(sys, name, None, raising=False)
+    script = str(Path(graphmend.__file__).parent.parent / "graphmend_tools" / "train.py")
+    code = compile("def fail():\n    raise ValueError('boom')\nfail()\n", script, "exec")
+    with pytest.raises(SystemExit):
+        runner._report_uncaught(functools.partial(exec, code, {}))
+    assert sys.last_value is not None
+    frames = traceback.extract_tb(sys.last_value.__traceback__)
+    assert [(frame.filename, frame.name) for frame in frames] == [
+        (script, "<module>"),
+        (script, "fail"),
+    ]
+    assert capsys.readouterr().err.startswith("Traceback (most recent call last):")

@@ -93,8 +93,8 @@ def install_config(config: Config, *, stacklevel: int = 2) -> Installation:
     """Install the hook with a complete configuration (used by ``install`` and the CLI)."""
     global _active
     with _lock:
-        if _active is not None and _active.config == config:
-            return _active
+        if _active is not None and _active.config == config and _active.finder in sys.meta_path:
+            return _active  # installed, and still in place (a harness may restore the list)
         _remove_hook()
         installation = Installation(config)
         sys.meta_path.insert(0, installation.finder)

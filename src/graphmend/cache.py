@@ -119,15 +119,26 @@ class CacheCheck:
 
 @cache
 def graphmend_fingerprint() -> str:
-    """A digest of GraphMend's own source: a change to any rewrite invalidates entries."""
+    """A digest of GraphMend's own source: a change to any rewrite invalidates entries.
+
+    Only the files Python can import as GraphMend's modules count: an editor's files
+    beside them (Emacs's lock file ``.#cache.py``, a dangling symbolic link while the
+    file is being edited) are none of its code.  OSError when a module cannot be read.
+    """
     import graphmend
 
     package = Path(graphmend.__file__).parent
     digest = hashlib.sha256(graphmend.__version__.encode())
-    for path in sorted(package.rglob("*.py")):
+    modules = (path for path in package.rglob("*.py") if _importable(path, package))
+    for path in sorted(modules):
         digest.update(path.relative_to(package).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _importable(path: Path, package: Path) -> bool:
+    """Whether ``path`` (below ``package``) names a module Python could import."""
+    return all(part.isidentifier() for part in path.relative_to(package).with_suffix("").parts)
 
 
 def _digest(*parts: bytes) -> bytes:
@@ -323,7 +334,7 @@ class BytecodeCache:
         try:
             for tag_dir in self._tag_directories(distrusted):
                 for path in _listing(tag_dir, SUFFIX):
-                    problem = _removal_problem(path)
+                    problem = _foreign_file(path) or _removal_problem(path)
                     if problem is None:
                         removed += 1
                     else:
@@ -349,6 +360,23 @@ def _listing(directory: Path, suffix: str = "") -> list[Path]:
     (``Path.glob`` would say nothing)."""
     with os.scandir(directory) as children:
         return [Path(child.path) for child in children if child.name.endswith(suffix)]
+
+
+def _foreign_file(path: Path) -> str | None:
+    """Why ``path``, named as an entry, must be left as it is, or ``None``: it does not
+    start as GraphMend's entries do (a ``GRAPHMEND_CACHE_DIR`` naming a directory of the
+    user's own must not cost the user's ``.gmc`` files)."""
+    try:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"{path} cannot be read ({error.strerror or error}); it was left as it is"
+    with os.fdopen(descriptor, "rb") as handle:
+        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+        if regular and handle.read(len(_MAGIC)) == _MAGIC:
+            return None
+    return f"{path} is not an entry of GraphMend's cache; it was left as it is"
 
 
 def _removal_problem(path: Path) -> str | None:

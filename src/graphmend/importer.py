@@ -56,12 +56,19 @@ class GraphMendLoader(importlib.machinery.SourceFileLoader):
 
 
 def claimable(spec: importlib.machinery.ModuleSpec | None) -> bool:
-    """Whether a spec is a plain source module that GraphMend can take over."""
+    """Whether a spec is a plain source module that GraphMend can take over.
+
+    Its loader must load the spec's own module and file: a loader given to
+    ``spec_from_file_location`` may name another file (or module) than the spec,
+    and it, not the spec's origin, is what Python runs.
+    """
     return (
         spec is not None
         and type(spec.loader) is importlib.machinery.SourceFileLoader
         and isinstance(spec.origin, str)
         and spec.origin.endswith(".py")
+        and spec.loader.path == spec.origin
+        and spec.loader.name == spec.name
     )
 
 

@@ -105,17 +105,34 @@ class ModuleRewriter:
             # runtime that rewritten code imports needs all of torch.
             return Outcome(Status.LEFT_ALONE, None, reason="torch is being imported")
         started = time.perf_counter()
-        key = None
-        if self.cache is not None:
-            key = self.cache.key(source, filename, self.config.settings_key())
-            entry = self.cache.load(module_name, key)
+        cache = self.cache  # read once: another thread's import may turn it off
+        key = self._cache_key(filename, source)
+        if cache is not None and key is not None:
+            entry = cache.load(module_name, key)
             if entry is not None:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary, warns=entry.warns)
         with _collector_paused():
             outcome = self._rewrite(filename, source, started)
-        if outcome.code is not None and self.cache is not None and key is not None:
-            self.cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
+        if outcome.code is not None and cache is not None and key is not None:
+            cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
         return outcome
+
+    def _cache_key(self, filename: str, source: bytes) -> bytes | None:
+        """The cache key of a module's code; ``None`` when there is no cache, or when the
+        key cannot be computed (GraphMend's own source cannot be read: the cache is then
+        turned off for this process, with a warning)."""
+        if self.cache is None:
+            return None
+        try:
+            return self.cache.key(source, filename, self.config.settings_key())
+        except OSError as error:
+            self.cache = None
+            warn(
+                f"graphmend does not use its cache: its own source cannot be read "
+                f"({_describe(error)}). Modules are rewritten without the cache.",
+                stacklevel=3,
+            )
+            return None
 
     def _rewrite(self, filename: str, source: bytes, started: float) -> Outcome:
         # Only now, on a miss: a warm import loads none of the analysis and rewrites.

@@ -33,7 +33,9 @@ from graphmend.config import Config
 from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
 
-_OWN_FILES = (str(Path(graphmend.__file__).parent), runpy.__file__)
+#: GraphMend's package directory (with its separator: ``graphmend_tools/`` beside it is
+#: none of it) and runpy: the frames dropped from the top of an uncaught error's traceback.
+_OWN_FILES = (os.path.join(Path(graphmend.__file__).parent, ""), runpy.__file__)
 #: A comment that declares the encoding of a source file (PEP 263).
 _CODING_COMMENT = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
 
