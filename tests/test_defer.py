@@ -559,6 +559,46 @@ def test_a_warning_filtered_into_an_error_keeps_its_place(load_rewritten):
         assert (result.graphs, result.breaks) == (1, 0)
 
 
+WARN_WITH_A_MODULE_CATEGORY = """
+import warnings
+import torch
+
+class NotAWarning:
+    pass
+
+class ModelWarning(UserWarning):
+    pass
+
+def refused(x, out):
+    y = x * 2
+    warnings.warn("careful", NotAWarning)
+    out.add_(1)
+    return y
+
+def taken(x, out):
+    y = x * 2
+    warnings.warn("careful", category=ModelWarning)
+    out.add_(1)
+    return y
+"""
+
+
+def test_a_category_warn_refuses_raises_where_it_stands(load_rewritten):
+    # warn() raises TypeError for a category that is not a class of warnings: deferred,
+    # it raised after the graph, once ``out`` was updated (repro: plain leaves ``out``
+    # at zeros).  A module's own category is checked while tracing; a class of warnings
+    # is still deferred.
+    module = load_rewritten(WARN_WITH_A_MODULE_CATEGORY)
+    out = torch.zeros(2)
+    torch._dynamo.reset()
+    with pytest.raises(TypeError, match="Warning subclass"):
+        torch.compile(module.refused, backend="eager")(torch.ones(2), out)
+    assert out.tolist() == [0.0, 0.0]
+    with pytest.warns(module.ModelWarning, match="careful"):
+        result = compile_and_run(module.taken, torch.ones(2), torch.zeros(2))
+    assert (result.graphs, result.breaks) == (1, 0)
+
+
 COPIES_BEFORE_A_BREAK = """
 import logging
 import torch

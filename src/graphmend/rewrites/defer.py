@@ -160,9 +160,11 @@ class DeferRewrite(FunctionStatementRewriter):
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
         tracing_path = plan.tracing_path(function_name, self.module.fresh_name, statement)
         if found.kind is OutputKind.WARNING:
-            # a filter that makes it an exception: the original call, where it stands
+            # a filter that makes it an exception, or a category warn() refuses: the
+            # original call, where it stands
+            checked = [plan.unproven_category] if plan.unproven_category is not None else []
             unless_raised = ast.If(
-                test=runtime_call("warnings_may_raise"),
+                test=runtime_call("warnings_may_raise", *map(copy.deepcopy, checked)),
                 body=[copy.deepcopy(statement)],
                 orelse=tracing_path,
             )
@@ -217,6 +219,9 @@ class _Plan:
     #: it is must be the original object, not a copy, so the call keeps its break.
     keyed_on_arguments: bool = False
     format_checks: list[_FormatCheck] = field(default_factory=list)
+    #: ``warnings.warn``'s category, checked while tracing to be a class of warnings
+    #: (``runtime.deferral.warnings_may_raise``): the source cannot prove it one.
+    unproven_category: ast.expr | None = None
 
     def deferred_function(
         self, name: str, qualname: str, fresh_identifier: Callable[[str], str]
@@ -376,6 +381,8 @@ class _Planner:
         self.parameters: list[str] = []
         self.format_checks: list[_FormatCheck] = []
         self.fresh_identifier = rewriter.module.fresh_identifier
+        #: ``warnings.warn``'s category where the source cannot prove it a class of warnings
+        self.unproven_category: ast.expr | None = None
 
     def plan(self) -> _Plan:
         call = self.call
@@ -397,6 +404,7 @@ class _Planner:
             parameters=self.parameters,
             keyed_on_arguments=self.found.method.endswith("_once"),
             format_checks=self.format_checks,
+            unproven_category=self.unproven_category,
         )
         if plan.keyed_on_arguments and not plan.checked_first():
             raise Decline(
@@ -445,12 +453,27 @@ class _Planner:
             category = keywords.get("category")
             if category is None and len(self.call.args) >= 2:
                 category = self.call.args[1]
-            if category is not None and not self._may_be_warning_class(category):
-                raise Decline("the category is not a class of warnings, and warn() then raises")
+            if category is not None:
+                self._check_category(category)
 
-    def _may_be_warning_class(self, expr: ast.expr) -> bool:
-        """Whether ``expr`` may be a class of warnings: None, a builtin warning class, or
-        any other name (a module's own class, which warn() checks after the graph)."""
+    def _check_category(self, category: ast.expr) -> None:
+        """Decline a category that is not a class of warnings; one the source cannot prove
+        (a module's own class) is checked while tracing (``warnings_may_raise``), where
+        evaluating it once more cannot change anything (a name, an attribute)."""
+        known = self._warning_class(category)
+        if known is False:
+            raise Decline("the category is not a class of warnings, and warn() then raises")
+        if known is None:
+            if not _inert(category):
+                raise Decline(
+                    "the category may not be a class of warnings (warn() then raises at "
+                    "the call), and it cannot be checked without evaluating it twice"
+                )
+            self.unproven_category = category
+
+    def _warning_class(self, expr: ast.expr) -> bool | None:
+        """Whether ``expr`` is a class of warnings (or None, which ``warn()`` takes too):
+        known for a constant and a builtin name, None (not known) for any other."""
         if isinstance(expr, ast.Constant):
             return expr.value is None
         if isinstance(expr, ast.Name) and self.scopes.resolve(expr.id, self.functions) is (
@@ -458,7 +481,7 @@ class _Planner:
         ):
             builtin = interpreter_builtin(expr.id)
             return isinstance(builtin, type) and issubclass(builtin, Warning)
-        return True
+        return None
 
     def _parameter(self, value: _Value) -> ast.Name:
         self.values.append(value)

@@ -325,11 +325,20 @@ def _graph_holds_an_operation(tracer: Any) -> bool:
     return any(node.op.startswith("call") for node in output.graph.nodes)
 
 
-def warnings_may_raise() -> bool:
+def warnings_may_raise(*categories: Any) -> bool:
     """Whether a warning filter turns some warnings into exceptions (read while tracing:
-    TorchDynamo guards on the filters, and compiles again when they change).  Such a
-    call raises where it stands, before what follows it, so it is not deferred."""
+    TorchDynamo guards on the filters, and compiles again when they change), or one of
+    ``categories`` (those the source cannot prove, a module's own class) is not a class
+    of warnings, which ``warn()`` refuses with a ``TypeError``.  Such a call raises
+    where it stands, before what follows it, so it is not deferred."""
+    if not all(_warning_class(category) for category in categories):
+        return True
     return any(entry[0] == "error" for entry in warnings.filters)
+
+
+def _warning_class(category: Any) -> bool:
+    """Whether ``warn()`` takes ``category``: None or a subclass of ``Warning``."""
+    return category is None or (isinstance(category, type) and issubclass(category, Warning))
 
 
 def _changes_existing_objects(side_effects: Any) -> bool:
