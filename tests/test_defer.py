@@ -429,6 +429,58 @@ def findings_for(source: str):
             """,
             "not a class of warnings",
         ),
+        (
+            # a category evaluated twice (checked while tracing, then passed) could change
+            """
+            import torch, warnings
+            def f(x, pick):
+                warnings.warn(f"{x * 2}", pick())
+            """,
+            "cannot be checked without evaluating it twice",
+        ),
+        (
+            # log() raises TypeError for a level that is not an integer
+            """
+            import torch, logging
+            logger = logging.getLogger(__name__)
+            def f(x, level):
+                logger.log(level, "x %s", x * 2)
+            """,
+            "level may not be an integer",
+        ),
+        (
+            """
+            import torch
+            def f(x):
+                print(x * 2, flsh=True)
+            """,
+            "TypeError where it stands (no parameter flsh=)",
+        ),
+        (
+            """
+            import torch, logging
+            logger = logging.getLogger(__name__)
+            def f(x):
+                logger.info()
+            """,
+            "TypeError where it stands (msg missing)",
+        ),
+        (
+            """
+            import torch, warnings
+            def f(x):
+                warnings.warn(f"{x * 2}", UserWarning, 1, None, 5)
+            """,
+            "TypeError where it stands (too many positional arguments)",
+        ),
+        (
+            """
+            import torch, warnings
+            def f(x):
+                warnings.warn(f"{x * 2}", message="again")
+            """,
+            "TypeError where it stands (message= given twice)",
+        ),
     ],
 )
 def test_declined_sites_say_why(source, reason):
@@ -482,11 +534,15 @@ def test_each_recognised_callee_is_rewritten():
             logging.warning("root logger")
             warnings.warn("w")
             warn("w", DeprecationWarning)
+            logger.log(logging.INFO, "level %s", x)
+            logger.log(10, msg="level")
+            logger.info(msg="by keyword", stacklevel=1)
+            warnings.warn(message="w", category=UserWarning, stacklevel=1, source=None)
             other(x)
         """
     )
-    assert [f.decision for f in findings] == [Decision.REWRITTEN] * 6
-    assert [f.lineno for f in findings] == [11, 12, 13, 14, 15, 16]
+    assert [f.decision for f in findings] == [Decision.REWRITTEN] * 10
+    assert [f.lineno for f in findings] == list(range(11, 21))
 
 
 def test_eager_path_is_the_original_statement(load_rewritten, capsys):
@@ -597,6 +653,31 @@ def test_a_category_warn_refuses_raises_where_it_stands(load_rewritten):
     with pytest.warns(module.ModelWarning, match="careful"):
         result = compile_and_run(module.taken, torch.ones(2), torch.zeros(2))
     assert (result.graphs, result.breaks) == (1, 0)
+
+
+LOG_AT_A_NAMED_LEVEL = """
+import logging
+import torch
+
+logger = logging.getLogger("gm.test.level")
+
+def f(x, level, out):
+    y = x * 2
+    logger.log(level, "y %s", y)
+    out.add_(1)
+    return y
+"""
+
+
+def test_a_level_log_refuses_raises_where_it_stands(load_rewritten):
+    # logger.log("INFO", ...) raises TypeError ("level must be an integer"): deferred, it
+    # raised after the graph, once ``out`` was updated (plain leaves ``out`` at zeros)
+    module = load_rewritten(LOG_AT_A_NAMED_LEVEL)
+    out = torch.zeros(2)
+    torch._dynamo.reset()
+    with pytest.raises(TypeError, match="level must be an integer"):
+        torch.compile(module.f, backend="eager")(torch.ones(2), "INFO", out)
+    assert out.tolist() == [0.0, 0.0]
 
 
 COPIES_BEFORE_A_BREAK = """

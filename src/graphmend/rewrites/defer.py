@@ -61,6 +61,55 @@ from graphmend.rewrites.common import (
 )
 
 _FLAG_KEYWORDS = {"exc_info", "stack_info"}
+#: The levels a root ``logging`` attribute names (``logging.INFO``): integers.
+_LOGGING_LEVELS = frozenset(
+    {"NOTSET", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL"}
+)
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """The parameters of an output callee, to check a call binds to them (a call that
+    does not raises ``TypeError`` where it stands, and so cannot wait)."""
+
+    positional: tuple[str, ...]  # named positional parameters, in order
+    required: int  # how many of those must be given
+    keywords: frozenset[str]  # keyword-only parameters
+    more_positional: bool  # ``*args``
+
+    def mismatch(self, call: ast.Call) -> str | None:
+        """Why ``call`` (no ``*``/``**``) would raise ``TypeError``, or None."""
+        given = len(call.args)
+        if given > len(self.positional) and not self.more_positional:
+            return "too many positional arguments"
+        names = [keyword.arg for keyword in call.keywords]
+        for name in names:
+            if name in self.positional[:given]:
+                return f"{name}= given twice"
+            if name not in self.positional and name not in self.keywords:
+                return f"no parameter {name}="
+        for name in self.positional[given : self.required]:
+            if name not in names:
+                return f"{name} missing"
+        return None
+
+
+_LOGGER_KEYWORDS = frozenset({"exc_info", "stack_info", "stacklevel", "extra"})
+_PRINT = _Signature((), 0, frozenset({"sep", "end", "file", "flush"}), more_positional=True)
+_LOGGER = _Signature(("msg",), 1, _LOGGER_KEYWORDS, more_positional=True)
+_LOGGER_LOG = _Signature(("level", "msg"), 2, _LOGGER_KEYWORDS, more_positional=True)
+# skip_file_prefixes (3.12) names callers' frames, gone after the graph: not taken
+_WARN = _Signature(("message", "category", "stacklevel", "source"), 1, frozenset(), False)
+
+
+def _signature(found: OutputCall) -> _Signature:
+    if found.kind is OutputKind.PRINT:
+        return _PRINT
+    if found.kind is OutputKind.WARNING:
+        return _WARN
+    return _LOGGER_LOG if found.method == "log" else _LOGGER
+
+
 _STATIC_SYS_ATTRIBUTES = {"stdout", "stderr"}
 
 
@@ -440,8 +489,9 @@ class _Planner:
     def _check_raising_arguments(self, keywords: dict[str | None, ast.expr]) -> None:
         """Decline a call that an argument may make raise: made after the graph, it would
         raise once the graph has run (and updated its inputs), not where it stands.
-        ``print``'s ``sep`` and ``end`` must be text or None; ``warnings.warn``'s category
-        a class of warnings (or None)."""
+        The call must bind to the callee's parameters; ``print``'s ``sep`` and ``end`` must
+        be text or None; ``logger.log``'s level an integer; ``warnings.warn``'s category a
+        class of warnings (or None)."""
         if self.found.kind is OutputKind.PRINT:
             for name in ("sep", "end"):
                 value = keywords.get(name)
@@ -449,12 +499,31 @@ class _Planner:
                     isinstance(value, ast.Constant) and isinstance(value.value, str | None)
                 ):
                     raise Decline(f"print()'s {name}= may not be text, and print() then raises")
+        mismatch = _signature(self.found).mismatch(self.call)
+        if mismatch is not None:
+            raise Decline(f"the call raises TypeError where it stands ({mismatch})")
+        if self.found.kind is OutputKind.LOGGER and self.found.method == "log":
+            level = keywords.get("level", self.call.args[0] if self.call.args else None)
+            if level is not None and not self._integer_level(level):
+                raise Decline("log()'s level may not be an integer, and log() then raises")
         if self.found.kind is OutputKind.WARNING:
             category = keywords.get("category")
             if category is None and len(self.call.args) >= 2:
                 category = self.call.args[1]
             if category is not None:
                 self._check_category(category)
+
+    def _integer_level(self, level: ast.expr) -> bool:
+        """Whether ``level`` is an integer: a literal, or a level of the ``logging``
+        module (``logging.INFO``)."""
+        if isinstance(level, ast.Constant):
+            return isinstance(level.value, int)
+        if not (isinstance(level, ast.Attribute) and isinstance(level.value, ast.Name)):
+            return False
+        binding = self.scopes.sole_global_binding(level.value.id, self.functions)
+        return (
+            binding is not None and binding.imported == "logging" and level.attr in _LOGGING_LEVELS
+        )
 
     def _check_category(self, category: ast.expr) -> None:
         """Decline a category that is not a class of warnings; one the source cannot prove
