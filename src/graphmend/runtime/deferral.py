@@ -235,10 +235,20 @@ def graph_started() -> bool:
 def _may_defer(copies: bool) -> bool:
     if open_site("defer") is not None:
         return False  # an earlier analysis of this compile found that it must not wait
+    if ask_tracer(_exports, False):
+        # strict torch.export drops output calls from the program it exports: the copies
+        # would be operations of the exported graph that plain export does not have
+        return False
     if copies:
         ask_tracer(_check_more_than_copies, None)
     ask_tracer(_note_deferred, None)
     return True
+
+
+def _exports(tracer: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`_may_defer`: whether it traces for strict
+    ``torch.export``."""
+    return bool(getattr(getattr(tracer, "output", None), "export", False))
 
 
 def _check_more_than_copies(tracer: Any) -> None:
