@@ -944,3 +944,27 @@ def test_state_a_handler_changes_is_read_after_the_call(load_both):
         torch._dynamo.reset()
         counts.append(torch.compile(module.f, backend="eager")(torch.ones(2))[1])
     assert counts[1] == counts[0] == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a call that keeps its break reaches TorchDynamo as the generated function with "
+    "a value it refuses to carry: under fullgraph=True the compile fails, as plainly, but "
+    "with TorchDynamo's message about reordering, not the original call's",
+)
+def test_a_kept_call_fails_fullgraph_with_the_original_message(load_both):
+    plain, mended = load_both("""
+        import torch
+
+        def f(x):
+            y = x * 2
+            print("d", {"a": 1}, y)
+            return y + 1
+        """)
+    messages = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        with pytest.raises(torch._dynamo.exc.Unsupported) as raised:
+            torch.compile(module.f, backend="eager", fullgraph=True)(torch.ones(2))
+        messages.append(str(raised.value).splitlines()[0])
+    assert messages[1] == messages[0]
