@@ -880,6 +880,13 @@ def method(x, out):
     out.add_(1)
     return y
 
+def tuple_operands(x, out):
+    y = x * 2
+    pair = (y, y + 1)
+    print("y=%s" % pair)
+    out.add_(1)
+    return y
+
 def fine(x, out):
     y = x * 2
     print(f"{y.sum():.3f} {y!r:>5}", "%d %s" % (y.sum(), y), "{:.1f}".format(y.mean()))
@@ -888,10 +895,11 @@ def fine(x, out):
 """
 
 
-@pytest.mark.parametrize("name", ["field", "percent", "method"])
+@pytest.mark.parametrize("name", ["field", "percent", "method", "tuple_operands"])
 def test_a_value_that_cannot_take_its_format_raises_where_it_stands(load_both, name):
-    # f"{y:.3f}" of three elements, "%x" of a float, "{:d}" of a tensor raise: formatted
-    # after the graph, they raised once the graph had updated `out` in place
+    # f"{y:.3f}" of three elements, "%x" of a float, "{:d}" of a tensor, "%s" of a tuple
+    # of two (the operands of %, not one) raise: formatted after the graph, they raised
+    # once the graph had updated `out` in place
     plain, mended = load_both(FORMATS_THAT_RAISE)
     outcomes = []
     for function in (getattr(plain, name), getattr(mended, name)):

@@ -434,8 +434,9 @@ class _Unformattable:
 
 def _stand_in(variable: Any, *, numeric: bool) -> Any:
     """What formats as the value of ``variable`` does (a TorchDynamo variable): its
-    constant, a number of its type, or for a tensor (``numeric``: by ``%``, which asks
-    for a number; else by ``format``, which wants a 0-d plain tensor) its item's type."""
+    constant, a number of its type, a tuple of its items' stand-ins, or for a tensor
+    (``numeric``: by ``%``, which asks for a number; else by ``format``, which wants a
+    0-d plain tensor) its item's type."""
     if variable.is_python_constant():
         try:
             return variable.as_python_constant()
@@ -444,6 +445,9 @@ def _stand_in(variable: Any, *, numeric: bool) -> Any:
     kind = variable.python_type()
     if kind in (int, float, bool):
         return kind()  # a symbolic number
+    if issubclass(kind, tuple):
+        # a tuple (a symbolic size too) is the operands of ``%``, not one of them
+        return tuple(_stand_in(item, numeric=numeric) for item in variable.items)
     if not issubclass(kind, torch.Tensor):
         return _Unformattable()
     fake = variable.as_proxy().node.meta.get("example_value")
