@@ -708,6 +708,32 @@ def test_strict_export_gets_no_copies(load_both):
     assert _exported_operations(mended) == _exported_operations(plain)
 
 
+WARN_ONCE_OF_A_LIST = """
+import torch
+from transformers.utils import logging as hf_logging
+
+logger = hf_logging.get_logger(__name__)
+
+def f(x, out):
+    y = x * 2
+    logger.warning_once("dims %s", (y.shape[0], [2]))
+    out.add_(1)
+    return y
+"""
+
+
+def test_warning_once_of_a_list_raises_where_it_stands(load_rewritten):
+    # warning_once is an lru_cache: a list among its arguments raises TypeError
+    # (unhashable) at the call; deferred, it raised after the graph had updated `out`
+    pytest.importorskip("transformers")
+    module = load_rewritten(WARN_ONCE_OF_A_LIST)
+    out = torch.zeros(2)
+    torch._dynamo.reset()
+    with pytest.raises(TypeError, match="unhashable"):
+        torch.compile(module.f, backend="eager")(torch.ones(2), out)
+    assert out.tolist() == [0.0, 0.0]
+
+
 COPIES_BEFORE_A_BREAK = """
 import logging
 import torch

@@ -5,7 +5,7 @@ becomes::
 
     if _@gm_tracing():
         _@gm_arg6 = h.mean()
-        _@gm_carried7 = (_@gm_rt.carriable(_@gm_arg6) and _@gm_rt.tensor_free()
+        _@gm_carried7 = (_@gm_rt.carriable(_@gm_arg6) and _@gm_rt.keyable()
                          and _@gm_rt.defers_here(_@gm_arg6))
         _@gm_defer3(*_@gm_rt.capture(_@gm_arg6, _@gm_carried7))
     else:
@@ -265,7 +265,8 @@ class _Plan:
     values: list[_Value]
     parameters: list[str]
     #: The callee caches on its arguments (``warning_once``): a tensor passed to it as
-    #: it is must be the original object, not a copy, so the call keeps its break.
+    #: it is must be the original object, not a copy, and a list raises (unhashable)
+    #: where it stands, so such a call keeps its break (``runtime.deferral.keyable``).
     keyed_on_arguments: bool = False
     format_checks: list[_FormatCheck] = field(default_factory=list)
     #: ``warnings.warn``'s category, checked while tracing to be a class of warnings
@@ -381,7 +382,7 @@ class _Plan:
                 for name, value in zip(names, self.values, strict=True)
                 if value.consumed_at_call
             ]
-            checks.append(runtime_call("tensor_free", *passed))
+            checks.append(runtime_call("keyable", *passed))
         # last: it notes the call as deferred (see deferral.keep_break_before_failed_trace)
         checks.append(runtime_call("defers_here", *[load(name) for name in names]))
         check = ast.BoolOp(op=ast.And(), values=checks)

@@ -112,13 +112,15 @@ def carriable(*values: Any) -> bool:
     return all(_carriable(value) for value in values)
 
 
-def tensor_free(*values: Any) -> bool:
-    """Whether none of ``values`` is or holds a tensor: a callee that remembers its
-    arguments (``warning_once``) must see the original tensor, not a copy."""
+def keyable(*values: Any) -> bool:
+    """Whether a callee that remembers its arguments (``warning_once``, keyed on them by
+    an ``lru_cache``) may be given ``values`` after the graph: none is or holds a tensor
+    (it must see the original, not a copy) or a list (unhashable: the call raises
+    ``TypeError`` where it stands)."""
     for value in values:
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) or type(value) is list:
             return False
-        if type(value) in _SEQUENCES and not tensor_free(*value):
+        if type(value) in _SEQUENCES and not keyable(*value):
             return False
     return True
 
