@@ -734,6 +734,32 @@ def test_warning_once_of_a_list_raises_where_it_stands(load_rewritten):
     assert out.tolist() == [0.0, 0.0]
 
 
+SIZES_IN_A_LOOP = """
+import torch
+
+def f(x):
+    for i in range(3):
+        print(i, x.shape)
+    return x
+"""
+
+
+def test_copies_of_symbolic_sizes_make_no_graph_plain_compile_does_not(load_both, capsys):
+    # Under dynamic=True reading x.shape traces size and getitem calls, which were taken
+    # for operations: the graph of nothing but the sizes' copies was compiled, where plain
+    # compile (its break in the loop running the frame eagerly) compiles none
+    plain, mended = load_both(SIZES_IN_A_LOOP)
+    graphs = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.f, backend=counter, dynamic=True)
+        for size in (2, 3):
+            compiled(torch.ones(size))
+        graphs.append((counter.frame_count, capsys.readouterr().out))
+    assert graphs[1] == graphs[0]
+
+
 COPIES_BEFORE_A_BREAK = """
 import logging
 import torch

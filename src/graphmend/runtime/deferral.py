@@ -266,7 +266,7 @@ def _check_more_than_copies(tracer: Any) -> None:
 def _keep_break_if_only_copies(site: Any, output: Any, _results: list[Any]) -> None:
     """Restart the analysis, the site keeping its break, if the graph about to be compiled
     holds nothing but copies (the only operations :func:`capture` makes)."""
-    if all(_is_copy(node) for node in output.graph.nodes if node.op.startswith("call")):
+    if all(_is_copy(node) for node in output.graph.nodes if _operates_on_tensors(node)):
         site.keep_break(
             "its copies would be the only operations of the graph, where plain compile, "
             "breaking at the call, has none"
@@ -334,7 +334,18 @@ def _graph_holds_an_operation(tracer: Any) -> bool:
     output = tracer.output
     if getattr(output, "current_tracer", None) is not getattr(output, "root_tracer", None):
         return True  # inside a higher-order operator's body (torch.cond), which never breaks
-    return any(node.op.startswith("call") for node in output.graph.nodes)
+    return any(_operates_on_tensors(node) for node in output.graph.nodes)
+
+
+def _operates_on_tensors(node: Any) -> bool:
+    """Whether ``node`` is an operation of the graph: a call, except one whose value is
+    a number or a size (``x.size()``, ``s0 * 2``, traced when a symbolic size is read):
+    TorchDynamo drops those from a graph where nothing but a copy uses them, and plain
+    compile, breaking at the call, has no graph for them."""
+    if not node.op.startswith("call"):
+        return False
+    value = node.meta.get("example_value")
+    return not isinstance(value, int | float | bool | torch.Size | torch.SymInt | torch.SymFloat)
 
 
 def warnings_may_raise(*categories: Any) -> bool:
