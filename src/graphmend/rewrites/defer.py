@@ -5,7 +5,7 @@ becomes::
 
     if _@gm_tracing():
         _@gm_arg6 = h.mean()
-        _@gm_carried7 = (_@gm_rt.carriable(_@gm_arg6) and _@gm_rt.tensor_free()
+        _@gm_carried7 = (_@gm_rt.carriable(_@gm_arg6) and _@gm_rt.keyable()
                          and _@gm_rt.defers_here(_@gm_arg6))
         _@gm_defer3(*_@gm_rt.capture(_@gm_arg6, _@gm_carried7))
     else:
@@ -61,6 +61,55 @@ from graphmend.rewrites.common import (
 )
 
 _FLAG_KEYWORDS = {"exc_info", "stack_info"}
+#: The levels a root ``logging`` attribute names (``logging.INFO``): integers.
+_LOGGING_LEVELS = frozenset(
+    {"NOTSET", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL"}
+)
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """The parameters of an output callee, to check a call binds to them (a call that
+    does not raises ``TypeError`` where it stands, and so cannot wait)."""
+
+    positional: tuple[str, ...]  # named positional parameters, in order
+    required: int  # how many of those must be given
+    keywords: frozenset[str]  # keyword-only parameters
+    more_positional: bool  # ``*args``
+
+    def mismatch(self, call: ast.Call) -> str | None:
+        """Why ``call`` (no ``*``/``**``) would raise ``TypeError``, or None."""
+        given = len(call.args)
+        if given > len(self.positional) and not self.more_positional:
+            return "too many positional arguments"
+        names = [keyword.arg for keyword in call.keywords]
+        for name in names:
+            if name in self.positional[:given]:
+                return f"{name}= given twice"
+            if name not in self.positional and name not in self.keywords:
+                return f"no parameter {name}="
+        for name in self.positional[given : self.required]:
+            if name not in names:
+                return f"{name} missing"
+        return None
+
+
+_LOGGER_KEYWORDS = frozenset({"exc_info", "stack_info", "stacklevel", "extra"})
+_PRINT = _Signature((), 0, frozenset({"sep", "end", "file", "flush"}), more_positional=True)
+_LOGGER = _Signature(("msg",), 1, _LOGGER_KEYWORDS, more_positional=True)
+_LOGGER_LOG = _Signature(("level", "msg"), 2, _LOGGER_KEYWORDS, more_positional=True)
+# skip_file_prefixes (3.12) names callers' frames, gone after the graph: not taken
+_WARN = _Signature(("message", "category", "stacklevel", "source"), 1, frozenset(), False)
+
+
+def _signature(found: OutputCall) -> _Signature:
+    if found.kind is OutputKind.PRINT:
+        return _PRINT
+    if found.kind is OutputKind.WARNING:
+        return _WARN
+    return _LOGGER_LOG if found.method == "log" else _LOGGER
+
+
 _STATIC_SYS_ATTRIBUTES = {"stdout", "stderr"}
 
 
@@ -160,9 +209,11 @@ class DeferRewrite(FunctionStatementRewriter):
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
         tracing_path = plan.tracing_path(function_name, self.module.fresh_name, statement)
         if found.kind is OutputKind.WARNING:
-            # a filter that makes it an exception: the original call, where it stands
+            # a filter that makes it an exception, or a category warn() refuses: the
+            # original call, where it stands
+            checked = [plan.unproven_category] if plan.unproven_category is not None else []
             unless_raised = ast.If(
-                test=runtime_call("warnings_may_raise"),
+                test=runtime_call("warnings_may_raise", *map(copy.deepcopy, checked)),
                 body=[copy.deepcopy(statement)],
                 orelse=tracing_path,
             )
@@ -214,9 +265,13 @@ class _Plan:
     values: list[_Value]
     parameters: list[str]
     #: The callee caches on its arguments (``warning_once``): a tensor passed to it as
-    #: it is must be the original object, not a copy, so the call keeps its break.
+    #: it is must be the original object, not a copy, and a list raises (unhashable)
+    #: where it stands, so such a call keeps its break (``runtime.deferral.keyable``).
     keyed_on_arguments: bool = False
     format_checks: list[_FormatCheck] = field(default_factory=list)
+    #: ``warnings.warn``'s category, checked while tracing to be a class of warnings
+    #: (``runtime.deferral.warnings_may_raise``): the source cannot prove it one.
+    unproven_category: ast.expr | None = None
 
     def deferred_function(
         self, name: str, qualname: str, fresh_identifier: Callable[[str], str]
@@ -327,7 +382,7 @@ class _Plan:
                 for name, value in zip(names, self.values, strict=True)
                 if value.consumed_at_call
             ]
-            checks.append(runtime_call("tensor_free", *passed))
+            checks.append(runtime_call("keyable", *passed))
         # last: it notes the call as deferred (see deferral.keep_break_before_failed_trace)
         checks.append(runtime_call("defers_here", *[load(name) for name in names]))
         check = ast.BoolOp(op=ast.And(), values=checks)
@@ -376,6 +431,8 @@ class _Planner:
         self.parameters: list[str] = []
         self.format_checks: list[_FormatCheck] = []
         self.fresh_identifier = rewriter.module.fresh_identifier
+        #: ``warnings.warn``'s category where the source cannot prove it a class of warnings
+        self.unproven_category: ast.expr | None = None
 
     def plan(self) -> _Plan:
         call = self.call
@@ -397,6 +454,7 @@ class _Planner:
             parameters=self.parameters,
             keyed_on_arguments=self.found.method.endswith("_once"),
             format_checks=self.format_checks,
+            unproven_category=self.unproven_category,
         )
         if plan.keyed_on_arguments and not plan.checked_first():
             raise Decline(
@@ -432,8 +490,9 @@ class _Planner:
     def _check_raising_arguments(self, keywords: dict[str | None, ast.expr]) -> None:
         """Decline a call that an argument may make raise: made after the graph, it would
         raise once the graph has run (and updated its inputs), not where it stands.
-        ``print``'s ``sep`` and ``end`` must be text or None; ``warnings.warn``'s category
-        a class of warnings (or None)."""
+        The call must bind to the callee's parameters; ``print``'s ``sep`` and ``end`` must
+        be text or None; ``logger.log``'s level an integer; ``warnings.warn``'s category a
+        class of warnings (or None)."""
         if self.found.kind is OutputKind.PRINT:
             for name in ("sep", "end"):
                 value = keywords.get(name)
@@ -441,16 +500,50 @@ class _Planner:
                     isinstance(value, ast.Constant) and isinstance(value.value, str | None)
                 ):
                     raise Decline(f"print()'s {name}= may not be text, and print() then raises")
+        mismatch = _signature(self.found).mismatch(self.call)
+        if mismatch is not None:
+            raise Decline(f"the call raises TypeError where it stands ({mismatch})")
+        if self.found.kind is OutputKind.LOGGER and self.found.method == "log":
+            level = keywords.get("level", self.call.args[0] if self.call.args else None)
+            if level is not None and not self._integer_level(level):
+                raise Decline("log()'s level may not be an integer, and log() then raises")
         if self.found.kind is OutputKind.WARNING:
             category = keywords.get("category")
             if category is None and len(self.call.args) >= 2:
                 category = self.call.args[1]
-            if category is not None and not self._may_be_warning_class(category):
-                raise Decline("the category is not a class of warnings, and warn() then raises")
+            if category is not None:
+                self._check_category(category)
 
-    def _may_be_warning_class(self, expr: ast.expr) -> bool:
-        """Whether ``expr`` may be a class of warnings: None, a builtin warning class, or
-        any other name (a module's own class, which warn() checks after the graph)."""
+    def _integer_level(self, level: ast.expr) -> bool:
+        """Whether ``level`` is an integer: a literal, or a level of the ``logging``
+        module (``logging.INFO``)."""
+        if isinstance(level, ast.Constant):
+            return isinstance(level.value, int)
+        if not (isinstance(level, ast.Attribute) and isinstance(level.value, ast.Name)):
+            return False
+        binding = self.scopes.sole_global_binding(level.value.id, self.functions)
+        return (
+            binding is not None and binding.imported == "logging" and level.attr in _LOGGING_LEVELS
+        )
+
+    def _check_category(self, category: ast.expr) -> None:
+        """Decline a category that is not a class of warnings; one the source cannot prove
+        (a module's own class) is checked while tracing (``warnings_may_raise``), where
+        evaluating it once more cannot change anything (a name, an attribute)."""
+        known = self._warning_class(category)
+        if known is False:
+            raise Decline("the category is not a class of warnings, and warn() then raises")
+        if known is None:
+            if not _inert(category):
+                raise Decline(
+                    "the category may not be a class of warnings (warn() then raises at "
+                    "the call), and it cannot be checked without evaluating it twice"
+                )
+            self.unproven_category = category
+
+    def _warning_class(self, expr: ast.expr) -> bool | None:
+        """Whether ``expr`` is a class of warnings (or None, which ``warn()`` takes too):
+        known for a constant and a builtin name, None (not known) for any other."""
         if isinstance(expr, ast.Constant):
             return expr.value is None
         if isinstance(expr, ast.Name) and self.scopes.resolve(expr.id, self.functions) is (
@@ -458,7 +551,7 @@ class _Planner:
         ):
             builtin = interpreter_builtin(expr.id)
             return isinstance(builtin, type) and issubclass(builtin, Warning)
-        return True
+        return None
 
     def _parameter(self, value: _Value) -> ast.Name:
         self.values.append(value)

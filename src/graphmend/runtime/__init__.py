@@ -30,9 +30,9 @@ from graphmend.runtime.deferral import (
     defers_here,
     formattable,
     graph_started,
+    keyable,
     rebuild,
     render,
-    tensor_free,
     warnings_may_raise,
 )
 from graphmend.runtime.from_python import item_from_python, mark_static_address
@@ -71,6 +71,7 @@ __all__ = [
     "host_value",
     "is_scalar_tensor",
     "item_from_python",
+    "keyable",
     "logical_and",
     "logical_or",
     "lower_guard",
@@ -83,7 +84,6 @@ __all__ = [
     "render",
     "search_site",
     "sequence",
-    "tensor_free",
     "text",
     "tracing",
     "type_name",

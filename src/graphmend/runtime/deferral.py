@@ -112,13 +112,15 @@ def carriable(*values: Any) -> bool:
     return all(_carriable(value) for value in values)
 
 
-def tensor_free(*values: Any) -> bool:
-    """Whether none of ``values`` is or holds a tensor: a callee that remembers its
-    arguments (``warning_once``) must see the original tensor, not a copy."""
+def keyable(*values: Any) -> bool:
+    """Whether a callee that remembers its arguments (``warning_once``, keyed on them by
+    an ``lru_cache``) may be given ``values`` after the graph: none is or holds a tensor
+    (it must see the original, not a copy) or a list (unhashable: the call raises
+    ``TypeError`` where it stands)."""
     for value in values:
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) or type(value) is list:
             return False
-        if type(value) in _SEQUENCES and not tensor_free(*value):
+        if type(value) in _SEQUENCES and not keyable(*value):
             return False
     return True
 
@@ -235,10 +237,20 @@ def graph_started() -> bool:
 def _may_defer(copies: bool) -> bool:
     if open_site("defer") is not None:
         return False  # an earlier analysis of this compile found that it must not wait
+    if ask_tracer(_exports, False):
+        # strict torch.export drops output calls from the program it exports: the copies
+        # would be operations of the exported graph that plain export does not have
+        return False
     if copies:
         ask_tracer(_check_more_than_copies, None)
     ask_tracer(_note_deferred, None)
     return True
+
+
+def _exports(tracer: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`_may_defer`: whether it traces for strict
+    ``torch.export``."""
+    return bool(getattr(getattr(tracer, "output", None), "export", False))
 
 
 def _check_more_than_copies(tracer: Any) -> None:
@@ -254,7 +266,7 @@ def _check_more_than_copies(tracer: Any) -> None:
 def _keep_break_if_only_copies(site: Any, output: Any, _results: list[Any]) -> None:
     """Restart the analysis, the site keeping its break, if the graph about to be compiled
     holds nothing but copies (the only operations :func:`capture` makes)."""
-    if all(_is_copy(node) for node in output.graph.nodes if node.op.startswith("call")):
+    if all(_is_copy(node) for node in output.graph.nodes if _operates_on_tensors(node)):
         site.keep_break(
             "its copies would be the only operations of the graph, where plain compile, "
             "breaking at the call, has none"
@@ -322,14 +334,34 @@ def _graph_holds_an_operation(tracer: Any) -> bool:
     output = tracer.output
     if getattr(output, "current_tracer", None) is not getattr(output, "root_tracer", None):
         return True  # inside a higher-order operator's body (torch.cond), which never breaks
-    return any(node.op.startswith("call") for node in output.graph.nodes)
+    return any(_operates_on_tensors(node) for node in output.graph.nodes)
 
 
-def warnings_may_raise() -> bool:
+def _operates_on_tensors(node: Any) -> bool:
+    """Whether ``node`` is an operation of the graph: a call, except one whose value is
+    a number or a size (``x.size()``, ``s0 * 2``, traced when a symbolic size is read):
+    TorchDynamo drops those from a graph where nothing but a copy uses them, and plain
+    compile, breaking at the call, has no graph for them."""
+    if not node.op.startswith("call"):
+        return False
+    value = node.meta.get("example_value")
+    return not isinstance(value, int | float | bool | torch.Size | torch.SymInt | torch.SymFloat)
+
+
+def warnings_may_raise(*categories: Any) -> bool:
     """Whether a warning filter turns some warnings into exceptions (read while tracing:
-    TorchDynamo guards on the filters, and compiles again when they change).  Such a
-    call raises where it stands, before what follows it, so it is not deferred."""
+    TorchDynamo guards on the filters, and compiles again when they change), or one of
+    ``categories`` (those the source cannot prove, a module's own class) is not a class
+    of warnings, which ``warn()`` refuses with a ``TypeError``.  Such a call raises
+    where it stands, before what follows it, so it is not deferred."""
+    if not all(_warning_class(category) for category in categories):
+        return True
     return any(entry[0] == "error" for entry in warnings.filters)
+
+
+def _warning_class(category: Any) -> bool:
+    """Whether ``warn()`` takes ``category``: None or a subclass of ``Warning``."""
+    return category is None or (isinstance(category, type) and issubclass(category, Warning))
 
 
 def _changes_existing_objects(side_effects: Any) -> bool:
@@ -415,8 +447,9 @@ class _Unformattable:
 
 def _stand_in(variable: Any, *, numeric: bool) -> Any:
     """What formats as the value of ``variable`` does (a TorchDynamo variable): its
-    constant, a number of its type, or for a tensor (``numeric``: by ``%``, which asks
-    for a number; else by ``format``, which wants a 0-d plain tensor) its item's type."""
+    constant, a number of its type, a tuple of its items' stand-ins, or for a tensor
+    (``numeric``: by ``%``, which asks for a number; else by ``format``, which wants a
+    0-d plain tensor) its item's type."""
     if variable.is_python_constant():
         try:
             return variable.as_python_constant()
@@ -425,6 +458,9 @@ def _stand_in(variable: Any, *, numeric: bool) -> Any:
     kind = variable.python_type()
     if kind in (int, float, bool):
         return kind()  # a symbolic number
+    if issubclass(kind, tuple):
+        # a tuple (a symbolic size too) is the operands of ``%``, not one of them
+        return tuple(_stand_in(item, numeric=numeric) for item in variable.items)
     if not issubclass(kind, torch.Tensor):
         return _Unformattable()
     fake = variable.as_proxy().node.meta.get("example_value")
