@@ -639,17 +639,24 @@ def taken(x, out):
 """
 
 
+def _raises_before_updating(function, match: str, *arguments) -> None:
+    """Compiled, ``function(torch.ones(2), *arguments, out)`` raises ``TypeError`` (matching
+    ``match``) at its output call, which stands before ``out.add_(1)``: ``out`` is left as
+    it was, as the original leaves it."""
+    out = torch.zeros(2)
+    torch._dynamo.reset()
+    with pytest.raises(TypeError, match=match):
+        torch.compile(function, backend="eager")(torch.ones(2), *arguments, out)
+    assert out.tolist() == [0.0, 0.0]
+
+
 def test_a_category_warn_refuses_raises_where_it_stands(load_rewritten):
     # warn() raises TypeError for a category that is not a class of warnings: deferred,
     # it raised after the graph, once ``out`` was updated (repro: plain leaves ``out``
     # at zeros).  A module's own category is checked while tracing; a class of warnings
     # is still deferred.
     module = load_rewritten(WARN_WITH_A_MODULE_CATEGORY)
-    out = torch.zeros(2)
-    torch._dynamo.reset()
-    with pytest.raises(TypeError, match="Warning subclass"):
-        torch.compile(module.refused, backend="eager")(torch.ones(2), out)
-    assert out.tolist() == [0.0, 0.0]
+    _raises_before_updating(module.refused, "Warning subclass")
     with pytest.warns(module.ModelWarning, match="careful"):
         result = compile_and_run(module.taken, torch.ones(2), torch.zeros(2))
     assert (result.graphs, result.breaks) == (1, 0)
@@ -673,11 +680,7 @@ def test_a_level_log_refuses_raises_where_it_stands(load_rewritten):
     # logger.log("INFO", ...) raises TypeError ("level must be an integer"): deferred, it
     # raised after the graph, once ``out`` was updated (plain leaves ``out`` at zeros)
     module = load_rewritten(LOG_AT_A_NAMED_LEVEL)
-    out = torch.zeros(2)
-    torch._dynamo.reset()
-    with pytest.raises(TypeError, match="level must be an integer"):
-        torch.compile(module.f, backend="eager")(torch.ones(2), "INFO", out)
-    assert out.tolist() == [0.0, 0.0]
+    _raises_before_updating(module.f, "level must be an integer", "INFO")
 
 
 EXPORTED = """
@@ -727,11 +730,7 @@ def test_warning_once_of_a_list_raises_where_it_stands(load_rewritten):
     # (unhashable) at the call; deferred, it raised after the graph had updated `out`
     pytest.importorskip("transformers")
     module = load_rewritten(WARN_ONCE_OF_A_LIST)
-    out = torch.zeros(2)
-    torch._dynamo.reset()
-    with pytest.raises(TypeError, match="unhashable"):
-        torch.compile(module.f, backend="eager")(torch.ones(2), out)
-    assert out.tolist() == [0.0, 0.0]
+    _raises_before_updating(module.f, "unhashable")
 
 
 SIZES_IN_A_LOOP = """

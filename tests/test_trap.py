@@ -572,25 +572,41 @@ def f(x):
 """
 
 
+def _graphs_over_changing_globals(module, change, steps, failing):
+    """Frames compiled for ``module.f`` from a clean state over ``steps`` calls its guard
+    passes, ``change(module, step)`` before each, and the exception of a call with
+    ``failing`` after ``change(module, None)``: type and arguments."""
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(module.f, backend=counter)
+    for step in range(steps):
+        change(module, step)
+        compiled(torch.ones(2))
+    change(module, None)
+    with pytest.raises(Exception) as raised:
+        compiled(failing)
+    return counter.frame_count, (type(raised.value), raised.value.args)
+
+
+def _step_and_epoch(module, step):
+    module.STEP, module.STATE.epoch = ("last", 99) if step is None else (step, step * 10)
+
+
 def test_a_changing_global_in_a_message_adds_no_graphs(load_both):
     """A message's globals (and their attributes) are read when the guard fires, as the
     original reads them: read while tracing, each new value compiled the frame again."""
     plain, mended = load_both(CHANGING_GLOBALS)
-    graphs, errors = [], []
-    for module in (plain, mended):
-        torch._dynamo.reset()
-        counter = CompileCounter()
-        compiled = torch.compile(module.f, backend=counter)
-        for step in range(6):
-            module.STEP, module.STATE.epoch = step, step * 10
-            compiled(torch.ones(2))
-        module.STEP, module.STATE.epoch = "last", 99
-        errors.append(_outcome(compiled, torch.full((2,), 1000.0)))
-        graphs.append(counter.frame_count)
-    assert errors[1] == errors[0] == (ValueError, "at step 'last', epoch 99, pi 3.14")
-    assert graphs[1] <= graphs[0]
-    module.STEP = 0
+    failing = torch.full((2,), 1000.0)
+    expected = _graphs_over_changing_globals(plain, _step_and_epoch, 6, failing)
+    graphs, error = _graphs_over_changing_globals(mended, _step_and_epoch, 6, failing)
+    assert error == expected[1] == (ValueError, ("at step 'last', epoch 99, pi 3.14",))
+    assert graphs <= expected[0]
+    mended.STEP = 0
     assert compile_and_run(mended.f, torch.ones(2), fullgraph=True).graphs == 1  # lowered
+
+
+def _message(module, step):
+    module.MESSAGE = ("bad", 7) if step is None else f"bad {step}"
 
 
 def test_a_changing_global_given_as_the_message_adds_no_graphs(load_both):
@@ -605,21 +621,10 @@ def test_a_changing_global_given_as_the_message_adds_no_graphs(load_both):
                 raise ValueError(MESSAGE)
             return x * 2
     """)
-    graphs, errors = [], []
-    for module in (plain, mended):
-        torch._dynamo.reset()
-        counter = CompileCounter()
-        compiled = torch.compile(module.f, backend=counter)
-        for step in range(4):
-            module.MESSAGE = f"bad {step}"
-            compiled(torch.ones(2))
-        module.MESSAGE = ("bad", 7)
-        with pytest.raises(ValueError) as raised:
-            compiled(-torch.ones(2))
-        errors.append(raised.value.args)
-        graphs.append(counter.frame_count)
-    assert errors[1] == errors[0] == (("bad", 7),)
-    assert graphs[1] <= graphs[0]
+    expected = _graphs_over_changing_globals(plain, _message, 4, -torch.ones(2))
+    graphs, error = _graphs_over_changing_globals(mended, _message, 4, -torch.ones(2))
+    assert error == expected[1] == (ValueError, (("bad", 7),))
+    assert graphs <= expected[0]
 
 
 def _each_compiled_and_passed(*modules):
@@ -671,6 +676,12 @@ def test_a_format_spec_holding_the_template_separator_keeps_the_message(load_bot
     assert outcomes[1] == outcomes[0] == (ValueError, "\x1f\x1f\x1f\x1f7|")
 
 
+def _step_config_and_items(module, step):
+    if step is not None:
+        module.STEP, module.CONFIG = step, type(f"Config{step}", (), {})()
+        module.ITEMS.append(step)
+
+
 @pytest.mark.parametrize(
     "field", ["(STEP, 1)", "len(ITEMS)", "tuple(ITEMS)", "type(CONFIG).__name__"]
 )
@@ -686,19 +697,11 @@ def test_a_global_inside_a_message_field_adds_no_graphs(load_both, field):
                 raise ValueError(f"at {{{field}}}")
             return x * 2
     """)
-    graphs, errors = [], []
-    for module in (plain, mended):
-        torch._dynamo.reset()
-        counter = CompileCounter()
-        compiled = torch.compile(module.f, backend=counter)
-        for step in range(5):
-            module.STEP, module.CONFIG = step, type(f"Config{step}", (), {})()
-            module.ITEMS.append(step)
-            compiled(torch.ones(2))
-        errors.append(_outcome(compiled, torch.full((2,), 1000.0)))
-        graphs.append(counter.frame_count)
-    assert errors[1] == errors[0]
-    assert graphs[1] <= graphs[0]
+    failing = torch.full((2,), 1000.0)
+    expected = _graphs_over_changing_globals(plain, _step_config_and_items, 5, failing)
+    graphs, error = _graphs_over_changing_globals(mended, _step_config_and_items, 5, failing)
+    assert error == expected[1]
+    assert graphs <= expected[0]
 
 
 def test_an_unbound_global_in_a_message_raises_the_original_name_error(load_both, capsys):
