@@ -219,6 +219,7 @@ FAILING_HOOK = (
     "source",
     [
         "import torch\ndef f(:\n    pass\n",
+        "import torch\nx = 1 \0 + 2\n",
         UNCAUGHT,
         LAST_VALUE + UNCAUGHT,
         FAILING_HOOK + UNCAUGHT,
@@ -227,6 +228,7 @@ FAILING_HOOK = (
     ],
     ids=[
         "syntax error",
+        "null byte",
         "uncaught exception",
         "atexit reads sys.last_value",
         "excepthook fails",
