@@ -33,6 +33,13 @@ def test_install_is_idempotent_and_reconfigures(write_module):
     graphmend.uninstall()  # harmless when nothing is installed
 
 
+@pytest.mark.parametrize("packages", [[], (), iter([])])
+def test_install_of_no_pattern_is_refused_as_the_environment_refuses_it(packages):
+    with pytest.raises(ConfigError, match=r"packages=\[\] names no module pattern"):
+        graphmend.install(packages)
+    assert _finders() == []
+
+
 def test_installation_is_a_context_manager(write_module):
     name = write_module(SOURCE)
     with graphmend.install(name) as installation:

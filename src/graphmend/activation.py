@@ -77,8 +77,11 @@ def install(
     """
     config = Config.from_env()
     if packages is not None:
-        if isinstance(packages, str):
-            packages = [packages]
+        packages = [packages] if isinstance(packages, str) else list(packages)
+        if not packages:  # as GRAPHMEND_PACKAGES=',' is refused
+            raise ConfigError(
+                "packages=[] names no module pattern (leave it out for the default scope)"
+            )
         config = config.with_packages(packages)
     if cache_dir is not None:
         try:
