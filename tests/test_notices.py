@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+import graphmend
 from graphmend import post_import
 from graphmend.notices import GraphMendWarning, warn
 from helpers.processes import run_python
@@ -54,3 +55,27 @@ def test_a_failing_callback_never_fails_the_import_nor_the_callbacks_after_it(
         sys.modules.pop("gm_watched", None)
     assert module.VALUE == 1
     assert seen == [1]
+
+
+def _line_below() -> int:
+    return sys._getframe(1).f_lineno + 1
+
+
+def test_a_warning_names_the_program_line_that_led_to_it(write_module, tmp_path, monkeypatch):
+    # not a line of GraphMend's own code: the install() call, the import statement
+    stale = write_module("VALUE = 1\n")
+    importlib.import_module(stale)
+    with pytest.warns(GraphMendWarning, match="imported before the hook") as caught:
+        line = _line_below()
+        graphmend.install([stale, "gm_notice_*"], cache_dir=tmp_path / "cache")
+    assert (caught[0].filename, caught[0].lineno) == (__file__, line)
+
+    def unreadable() -> str:
+        raise PermissionError(13, "Permission denied", "graphmend/pipeline.py")
+
+    monkeypatch.setattr("graphmend.cache.graphmend_fingerprint", unreadable)
+    claimed = write_module("VALUE = 2\n", name="gm_notice_claimed")
+    with pytest.warns(GraphMendWarning, match="its own source cannot be read") as caught:
+        line = _line_below()
+        __import__(claimed)  # through importlib's bootstrap, whose frames warnings skips
+    assert (caught[0].filename, caught[0].lineno) == (__file__, line)

@@ -89,10 +89,10 @@ def install(
         except ConfigError as error:
             raise ConfigError(f"cache_dir={str(cache_dir)!r}: {error}") from None
         config = replace(config, cache_dir=expanded)
-    return install_config(config, stacklevel=3)
+    return install_config(config)
 
 
-def install_config(config: Config, *, stacklevel: int = 2) -> Installation:
+def install_config(config: Config) -> Installation:
     """Install the hook with a complete configuration (used by ``install`` and the CLI)."""
     global _active
     with _lock:
@@ -104,7 +104,7 @@ def install_config(config: Config, *, stacklevel: int = 2) -> Installation:
         _active = installation
         _wrap_spec_from_file_location()
         _wrap_load_module()
-    _warn_about_imported(installation, stacklevel + 1)
+    _warn_about_imported(installation)
     return installation
 
 
@@ -164,7 +164,7 @@ def _unwrap_load_module() -> None:
             loader.load_module = original  # type: ignore[method-assign]
 
 
-def _warn_about_imported(installation: Installation, stacklevel: int) -> None:
+def _warn_about_imported(installation: Installation) -> None:
     stale = sorted(
         name
         for name, module in list(sys.modules.items())
@@ -178,6 +178,5 @@ def _warn_about_imported(installation: Installation, stacklevel: int) -> None:
         warn(
             f"graphmend.install(): {len(stale)} matching module(s) were imported before "
             f"the hook and stay unrewritten: {shown}. Install GraphMend before importing "
-            "them (or use GRAPHMEND=1 / python -m graphmend run).",
-            stacklevel=stacklevel,
+            "them (or use GRAPHMEND=1 / python -m graphmend run)."
         )

@@ -503,8 +503,7 @@ def _warn_once(directory: Path, problem: str) -> None:
     warn(
         f"graphmend does not use its cache in {directory}: {problem}. Modules are "
         "rewritten without the cache; fix the owner or mode, or set GRAPHMEND_CACHE_DIR "
-        "to a directory of your own.",
-        stacklevel=2,
+        "to a directory of your own."
     )
 
 

@@ -9,7 +9,9 @@ where the filter says so, the message is written to stderr instead.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import types
 import warnings
 
 
@@ -17,13 +19,37 @@ class GraphMendWarning(UserWarning):
     """Something GraphMend could not do, and what happens instead."""
 
 
-def warn(message: str, stacklevel: int = 2) -> None:
-    """Issue ``message`` as a :class:`GraphMendWarning` (``stacklevel`` as for
-    :func:`warnings.warn`, counted from the caller), or write it to stderr."""
+def warn(message: str) -> None:
+    """Issue ``message`` as a :class:`GraphMendWarning`, or write it to stderr.
+
+    It is attributed to the first frame outside GraphMend: the program's ``import``,
+    call or ``install()`` that led to it, not a line of GraphMend's own code.
+    """
     try:
-        warnings.warn(message, GraphMendWarning, stacklevel=stacklevel + 1)
+        warnings.warn(message, GraphMendWarning, stacklevel=_first_frame_outside())
     except GraphMendWarning:
         write_stderr(f"{message}\n")
+
+
+_OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _first_frame_outside() -> int:
+    """The ``stacklevel`` that makes a warning issued in :func:`warn` name the first frame
+    not in GraphMend's package, counted as :mod:`warnings` counts it (import machinery
+    frames are skipped, not counted)."""
+    frame, level = sys._getframe(1), 1  # warn's frame, which warnings.warn starts from
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIRECTORY):
+        frame, level = frame.f_back, level + 1
+        while frame is not None and _import_machinery(frame):
+            frame = frame.f_back
+    return level
+
+
+def _import_machinery(frame: types.FrameType) -> bool:
+    """Whether :mod:`warnings` skips ``frame`` (importlib's bootstrap, as it judges it)."""
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
 
 
 def write_stderr(text: str) -> None:

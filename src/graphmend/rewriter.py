@@ -87,8 +87,7 @@ class ModuleRewriter:
             self._warned.add(module_name)
             warn(
                 f"graphmend could not rewrite {module_name} ({outcome.reason}); "
-                "it was imported unchanged",
-                stacklevel=2,
+                "it was imported unchanged"
             )
         if outcome.code is not None and outcome.warns and compile_as_python is not None:
             compile_as_python()
@@ -129,8 +128,7 @@ class ModuleRewriter:
             self.cache = None
             warn(
                 f"graphmend does not use its cache: its own source cannot be read "
-                f"({_describe(error)}). Modules are rewritten without the cache.",
-                stacklevel=3,
+                f"({_describe(error)}). Modules are rewritten without the cache."
             )
             return None
 

@@ -65,8 +65,7 @@ def keep_inlined_deferred_calls(version: str = torch.__version__) -> bool:
         warn(
             f"GraphMend: torch {version} is not among the releases its TorchDynamo support is "
             f"tested on (2.5 to {newest}); print, logging and warnings calls in compiled code "
-            "keep their graph breaks",
-            stacklevel=2,
+            "keep their graph breaks"
         )
         return False
     from torch._dynamo.symbolic_convert import InliningInstructionTranslator

@@ -129,8 +129,7 @@ def _mark_constant(dynamo: ModuleType) -> None:
         warn(
             f"GraphMend: on torch {torch.__version__}, TorchDynamo fails to compile, instead of "
             "breaking the graph, when text is made of a size that turns dynamic: print and "
-            "logging calls that format sizes or tuples of numbers keep their graph breaks",
-            stacklevel=2,
+            "logging calls that format sizes or tuples of numbers keep their graph breaks"
         )
 
 

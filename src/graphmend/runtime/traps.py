@@ -490,8 +490,7 @@ def _warn_export_needs_graphmend() -> None:
         f"GraphMend: torch {torch.__version__} has no torch.compiler.is_exporting(), so "
         "programs exported with torch.export keep GraphMend's guard operator "
         "graphmend::raise_if: `import graphmend.runtime` before torch.export.load() "
-        "where they are loaded",
-        stacklevel=2,
+        "where they are loaded"
     )
 
 
