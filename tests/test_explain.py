@@ -248,6 +248,16 @@ def test_a_path_target_is_labelled_by_its_path(tmp_path, monkeypatch, capsys):
     assert f"\n  research_model.py:{_line_of(MODULE, 'stacklevel=2')}:5: in plain: " in out
 
 
+def test_a_null_byte_is_reported_at_its_line(tmp_path, capsys):
+    source = tmp_path / "nul.py"
+    source.write_bytes(b"import torch\nx = 1 \0 + 2\n")
+    status, _, err = _run(capsys, "explain", str(source))
+    assert status == 1
+    assert err.splitlines()[0] == (
+        f"graphmend: error: {source}:2:0: syntax error: source code cannot contain null bytes"
+    )
+
+
 def test_bad_targets_are_reported_and_the_others_still_explained(write_module, tmp_path, capsys):
     name = write_module(MODULE)
     broken = tmp_path / "broken.py"

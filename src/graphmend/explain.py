@@ -114,8 +114,6 @@ def analyse(module: ModuleFile, rewrites: Collection[str]) -> ModuleReport:
     except SyntaxError as error:
         where = f"{module.path}:{error.lineno or 0}:{error.offset or 0}"
         raise TargetError(f"{where}: syntax error: {error.msg}") from None
-    except ValueError as error:  # e.g. null bytes in the source
-        raise TargetError(f"{module.path}: cannot be parsed: {error}") from None
     try:
         result = rewrite(source, str(module.path), rewrites, tree=tree)
     except Exception as error:

@@ -20,6 +20,7 @@ from types import CodeType
 from typing import Any
 
 from graphmend.analysis.scopes import ModuleScopes
+from graphmend.compiling import compile_source
 from graphmend.directives import LeftAlone, skipped_module
 from graphmend.findings import Decision, Finding
 from graphmend.rewrites import REWRITES
@@ -57,7 +58,7 @@ def parse(source: bytes | str, filename: str, *, quiet: bool = False) -> ast.Mod
     """
     if quiet:
         return parse_quietly(source, filename)[0]
-    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    tree = compile_source(source, filename, ast.PyCF_ONLY_AST)
     assert isinstance(tree, ast.Module)
     return tree
 

@@ -138,7 +138,7 @@ class ModuleRewriter:
 
         try:
             tree, parser_warned = parse_quietly(source, filename)
-        except (SyntaxError, ValueError):  # ValueError: null bytes in the source
+        except SyntaxError:
             # Python's own loader raises the very same error, with its usual traceback.
             return Outcome(Status.SYNTAX_ERROR, None)
         except Exception as error:  # a RecursionError: the hook parses deeper in the stack

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import graphmend
 from graphmend.activation import Installation, install_config
+from graphmend.compiling import compile_source
 from graphmend.config import Config
 from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
@@ -172,7 +173,7 @@ def _is_compiled(path: str, data: bytes) -> bool:
 def _script_code(path: str, data: bytes, compiled: bool) -> types.CodeType:
     """The code of a script as the interpreter makes it: compiled, or read from a ``.pyc``."""
     if not compiled:
-        return _compile_script(path, data)
+        return compile_source(data, path)
     if data[:4] != importlib.util.MAGIC_NUMBER:
         raise RuntimeError("Bad magic number in .pyc file")
     try:
@@ -182,25 +183,6 @@ def _script_code(path: str, data: bytes, compiled: bool) -> types.CodeType:
     if not isinstance(code, types.CodeType):
         raise RuntimeError("Bad code object in .pyc file")
     return code
-
-
-def _compile_script(path: str, data: bytes) -> types.CodeType:
-    """``data`` compiled; a null byte is reported at its file and line, as the interpreter
-    reports it (``compile`` names neither)."""
-    try:
-        return compile(data, path, "exec", dont_inherit=True)
-    except SyntaxError as error:
-        if error.filename is not None or b"\0" not in data:
-            raise
-        null = data.index(b"\0")
-        start = data.rfind(b"\n", 0, null) + 1
-        where = (
-            path,
-            data.count(b"\n", 0, null) + 1,
-            None,
-            data[start:null].decode(errors="replace"),
-        )
-        raise SyntaxError("source code cannot contain null bytes", where) from None
 
 
 def run_module(module: str, args: list[str], config: Config) -> None:
