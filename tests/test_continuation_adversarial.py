@@ -709,6 +709,47 @@ def test_an_attribute_a_branch_stores_is_stored(load_both) -> None:
     assert stored[1][1] <= stored[0][1]
 
 
+#: The rest registers a hook on the caller's tensor (only under the else branch, in the
+#: second: ``NEGATIVE``).
+REGISTERS_A_HOOK = {
+    "register_hook": "    x.register_hook(lambda grad: grad * 2)\n",
+    "post_accumulate_grad_hook": "    x.register_post_accumulate_grad_hook(lambda p: None)\n",
+    "under_one_branch": "    if y is None:\n        x.register_hook(lambda grad: grad * 2)\n",
+}
+
+
+def _hooks_and_gradient(function, requires_grad: bool) -> tuple[Any, int]:
+    """The hooks left on the argument of ``function`` compiled and called in inference on
+    ``NEGATIVE`` (or the error it raised), the gradient a backward through the argument
+    then gives it; the number of graphs."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    x = NEGATIVE.clone().requires_grad_(requires_grad)
+    try:
+        with torch.no_grad():
+            torch.compile(function, backend=counter)(x)
+    except RuntimeError as error:
+        return str(error), counter.frame_count
+    (x * 1).sum().backward()
+    hooks = len(x._backward_hooks or {}), len(x._post_accumulate_grad_hooks or {})
+    return (hooks, x.grad.tolist()), counter.frame_count
+
+
+@pytest.mark.parametrize("requires_grad", [True, False])
+@pytest.mark.parametrize("name", sorted(REGISTERS_A_HOOK))
+def test_a_hook_the_rest_registers_is_registered(load_both, name, requires_grad) -> None:
+    # TorchDynamo registers a tensor hook after the graph, from its side-effect table,
+    # which torch.cond puts back after each branch: the hook was silently lost (the
+    # caller's gradient came out unscaled), and one on a tensor that does not require grad
+    # no longer raised the original's RuntimeError.
+    source = SITE + REGISTERS_A_HOOK[name] + "    return x * 2 if y is None else y * 3\n"
+    plain, mended = load_both(source)
+    expected, plain_graphs = _hooks_and_gradient(plain.f, requires_grad)
+    actual, graphs = _hooks_and_gradient(mended.f, requires_grad)
+    assert actual == expected
+    assert graphs <= plain_graphs
+
+
 def test_outer_state_puts_back_what_it_wrapped_when_it_cannot_watch(monkeypatch) -> None:
     # On a release without TorchDynamo's iterator variables the watch cannot open; the
     # store_attr it had already wrapped stayed wrapped for every later compile.

@@ -15,8 +15,13 @@ refuses a branch that changes what exists outside it through its side-effect tab
   drops the branch's stores; with ``BOX.v = 3 if y is None else 4`` and ``BOX.v``
   already 4, the else branch's store was dropped unchecked, and ``BOX.v`` stayed 4
   where the original sets 3.
+* A hook registered on a tensor (``x.register_hook(fn)``,
+  ``register_post_accumulate_grad_hook``): TorchDynamo registers it after the graph
+  from its side-effect table, which ``torch.cond`` puts back after each branch, so the
+  hook was silently lost (the caller's gradient came out unscaled), and one on a tensor
+  that does not require grad no longer raised the original's ``RuntimeError``.
 
-:class:`OuterState` watches both while a ``cond`` is traced: either keeps the break.
+:class:`OuterState` watches all three while a ``cond`` is traced: any keeps the break.
 An iterator or object a branch makes itself (``for i, layer in enumerate(layers)``)
 is made anew in each branch, and may change.
 """
@@ -55,6 +60,7 @@ class OuterState:
         from torch._dynamo.side_effects import SideEffects
 
         self._wrap(SideEffects, "store_attr", self._noting_store)
+        self._wrap(SideEffects, "register_hook", self._noting_hook)
         roots = _iterator_classes()
         for root in roots:
             self._wrap(root, "__init__", self._noting_made)
@@ -108,6 +114,14 @@ class OuterState:
             return method(effects, item, name, *args, **kwargs)
 
         return store_attr
+
+    def _noting_hook(self, method: Any) -> Any:
+        def register_hook(effects: Any, tensor: Any, hook: Any, handle: Any, name: str) -> Any:
+            if self.changed is None:
+                self.changed = f"calls {name}() on a tensor, which torch.cond does not keep"
+            return method(effects, tensor, hook, handle, name)
+
+        return register_hook
 
     def _note(self, variable: Any) -> None:
         if self.changed is None and id(variable) not in self._made_ids:
