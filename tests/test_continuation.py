@@ -339,6 +339,8 @@ def _findings(source: str) -> dict[str, str]:
         ("    for y in x:\n        del y\n        y\n    return x\n", "reads 'y', maybe"),
         ("    for i in y:\n        x = x + i\n    return x\n", "reads 'y', maybe unbound"),
         ("    x = x + 1\n" * 201 + "    return x\n", "more than 200 statements"),
+        ("    def inner(t):\n        return t\n    return inner(x)\n", "defines inner"),
+        ("    return (lambda t: t)(x)\n", "defines a lambda"),
     ],
 )
 def test_sites_whose_rest_cannot_run_elsewhere_are_declined(rest: str, reason: str) -> None:
@@ -348,6 +350,31 @@ def test_sites_whose_rest_cannot_run_elsewhere_are_declined(rest: str, reason: s
         "    if x.sum() > 0:\n        x = x[:1]\n    else:\n        x = x * 2\n" + rest
     )
     assert reason in _findings(source).get("declined", ""), _findings(source)
+
+
+NAMED_IN_THE_REST = """
+import torch
+
+def scaled(x):
+    if x.sum() > 0:
+        x = x[:1]
+    else:
+        x = x * 2
+    def inner(t):
+        return t + 1
+    return inner(x), inner.__qualname__, (lambda: 0).__qualname__
+"""
+
+
+def test_what_the_rest_defines_keeps_its_qualified_name(tmp_path: Path) -> None:
+    """The copies of the rest are functions of their own: a ``def`` or ``lambda`` in them
+    was named ``scaled.<locals>._@gm_then1.<locals>.inner`` by the compiled call."""
+    plain = import_plain(tmp_path, "named_plain", NAMED_IN_THE_REST)
+    mended = import_rewritten(tmp_path, "named_mended", NAMED_IN_THE_REST)
+    x = torch.ones(2)
+    _, *expected = plain.scaled(x)
+    _, *compiled = compile_and_run(mended.scaled, x).result
+    assert compiled == expected == ["scaled.<locals>.inner", "scaled.<locals>.<lambda>"]
 
 
 def test_a_rest_binding_a_name_in_each_run_of_a_loop_continues() -> None:

@@ -199,6 +199,36 @@ def test_a_methods_class_cell_is_read_in_the_method(load_rewritten, capsys):
     assert capsys.readouterr().out == eager
 
 
+PRIVATE_NAMES = """
+import logging
+import warnings
+import torch
+__log = logging.getLogger("gm_private_unmangled")
+_M__log = logging.getLogger("gm_private_mangled")
+class __Late(UserWarning): pass
+class _M__Late(DeprecationWarning): pass
+class M(torch.nn.Module):
+    def forward(self, x):
+        __log.warning("logged")
+        warnings.warn("late", __Late)
+        return x + 1
+"""
+
+
+def test_private_names_of_a_method_are_read_as_the_class_mangles_them(load_rewritten, caplog):
+    """In class ``M``, ``__log`` is ``_M__log``; the deferred call, at module level, read
+    the global ``__log``: the compiled call logged on another logger and warned with
+    another category than the eager one."""
+    model = load_rewritten(PRIVATE_NAMES).M()
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = model(torch.ones(2))
+        compiled = compile_and_run(model, torch.ones(2))
+    assert torch.equal(compiled.result, expected)
+    assert [record.name for record in caplog.records] == ["gm_private_mangled"] * 2
+    assert [each.category.__name__ for each in caught] == ["_M__Late"] * 2
+
+
 def test_a_value_read_on_the_host_keeps_the_output_where_it_was(load_both, capsys):
     """``.item()`` in an argument breaks the graph before the call whatever GraphMend
     does.  Deferred, the call no longer broke the frame TorchDynamo resumes after the

@@ -32,6 +32,16 @@ def test_dir_and_star_import_show_no_injected_name(write_module, load_rewritten)
     assert pickle.loads(pickle.dumps(rewritten.step)) is rewritten.step
 
 
+def test_a_global_named_like_the_injected_dir_is_listed(write_module, load_rewritten):
+    """Only the injected ``__dir__`` itself is hidden: ``__dir__cache``, a name of the
+    module, was hidden with it."""
+    source = MODULE + "\n__dir__cache = {}\n"
+    plain = importlib.import_module(write_module(source))
+    rewritten = load_rewritten(source)
+    assert "__dir__cache" in dir(rewritten)
+    assert dir(rewritten) == dir(plain)
+
+
 def test_the_module_own_dir_is_kept(load_rewritten):
     module = load_rewritten(MODULE + "\ndef __dir__():\n    return ['step']\n")
     assert dir(module) == ["step"]

@@ -346,7 +346,7 @@ _DIR = f"""
 def __dir__():
     names = []
     for name in __dir__.__globals__:
-        if not name.startswith(("__dir__", {PREFIX!r})):
+        if name != "__dir__" and not name.startswith({PREFIX!r}):
             names.append(name)
     return names
 """

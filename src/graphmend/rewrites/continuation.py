@@ -22,8 +22,9 @@ in the copies returns a 1-tuple.  Whether ``torch.cond`` can capture the
 branches is found out while tracing (:mod:`graphmend.runtime.continuation`);
 statically the site is declined where the copies could not run as the original
 does: a generator, ``global``/``nonlocal``, zero-argument ``super()``,
-``locals()``, a local read that may be unbound at the ``if``, a local shared with
-a function defined before the site (it holds the frame's cell, the copies their own
+``locals()``, a ``def``, ``class`` or ``lambda`` (its ``__qualname__`` would name
+the copy), a local read that may be unbound at the ``if``, a local shared with a
+function defined before the site (it holds the frame's cell, the copies their own
 local), and the bound on duplication below.
 
 Duplication: one site per function, the rest of the function at most
@@ -47,6 +48,7 @@ from graphmend.analysis.bindings import (
 )
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
+    PREFIX,
     Decline,
     ModuleContext,
     continuable_condition,
@@ -66,6 +68,8 @@ from graphmend.rewrites.common import (
 MAX_STATEMENTS = 200
 
 _FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval", "dir"})
+#: Definitions whose ``__qualname__`` names the function they are defined in.
+_NAMED_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 #: Tensor attributes that tell a strided view from a dense copy of it.
 _LAYOUT_READS = frozenset(
@@ -271,6 +275,17 @@ def _check_copied(copied: list[ast.stmt], rest: list[ast.stmt]) -> None:
                 raise Decline(f"{node.func.id}() would see another frame")
         if isinstance(node, ast.Name) and node.id == "__class__":
             raise Decline("__class__ needs the method's own frame")
+        if isinstance(node, _NAMED_DEFINITIONS) and not _generated_definition(node):
+            name = "a lambda" if isinstance(node, ast.Lambda) else node.name
+            raise Decline(
+                f"it defines {name}, whose qualified name would be the copy's "
+                "(f.<locals>.<copy>.<locals>...)"
+            )
+
+
+def _generated_definition(node: ast.AST) -> bool:
+    """Whether ``node`` is a function an earlier rewrite defined (a predicated branch)."""
+    return getattr(node, "name", "").startswith(PREFIX)
 
 
 def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:

@@ -56,6 +56,7 @@ from graphmend.rewrites.common import (
     load,
     locate,
     make_function,
+    mangled,
     runtime_call,
     store,
 )
@@ -198,14 +199,19 @@ class DeferRewrite(FunctionStatementRewriter):
             self.record(statement, Decision.DECLINED, str(reason))
             return statement
         function_name = self.module.fresh_name("defer")
-        self.module.module_level.append(
-            locate(
-                plan.deferred_function(
-                    function_name, enclosing.qualname, self.module.fresh_identifier
-                ),
-                statement,
-            )  # type: ignore[arg-type]
+        function = plan.deferred_function(
+            function_name, enclosing.qualname, self.module.fresh_identifier
         )
+        private = _private_name(function, enclosing.class_name)
+        if private is not None:
+            self.record(
+                statement,
+                Decision.DECLINED,
+                f"{private} is a private name, which class {enclosing.class_name} mangles: "
+                "the call deferred out of the class would read another name",
+            )
+            return statement
+        self.module.module_level.append(locate(function, statement))  # type: ignore[arg-type]
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
         tracing_path = plan.tracing_path(function_name, self.module.fresh_name, statement)
         if found.kind is OutputKind.WARNING:
@@ -247,6 +253,19 @@ class DeferRewrite(FunctionStatementRewriter):
             for node in nodes
             if (test := _guard_test(node)) is not None
         )
+
+
+def _private_name(function: ast.FunctionDef, class_name: str | None) -> str | None:
+    """The first name or attribute in ``function`` that Python mangles in class
+    ``class_name`` (``__log`` is ``_M__log`` in class ``M``), if any: the deferred
+    function is defined at module level, where no name is mangled."""
+    for node in ast.walk(function):
+        name = node.id if isinstance(node, ast.Name) else None
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+        if name is not None and mangled(name, class_name) != name:
+            return name
+    return None
 
 
 def _guard_test(node: ast.AST) -> ast.expr | None:
