@@ -102,6 +102,14 @@ def out_of_range(x):
     y = x * 2
     flags = torch.tensor([True])
     return y.sum(), (2 if flags[3] else 3)
+
+def marks_a_number(x, y):
+    for i in range(2):
+        flags = torch.tensor([True, False])
+        n = 1 if flags[0] else 2
+        torch._dynamo.mark_static_address(n)  # raises TypeError
+        torch.add(y, 1, out=y)
+    return x * n
 """
 
 
@@ -210,6 +218,19 @@ def test_an_index_out_of_range_raises_as_before(modules):
     assert raised[0] == raised[1]
     assert raised[2] == raised[3]
     assert issubclass(raised[0][0], IndexError)
+
+
+def test_a_mark_that_raises_raises_before_what_follows(modules):
+    # made after the graph, the mark of a number raised after the graph had updated y
+    plain, mended = modules
+    outcomes = []
+    for function in (plain.marks_a_number, mended.marks_a_number):
+        torch._dynamo.reset()
+        y = torch.zeros(2)
+        outcomes.append((_raised(torch.compile(function, backend="eager"), torch.ones(2), y), y))
+    assert outcomes[0][0] == outcomes[1][0]
+    assert issubclass(outcomes[0][0][0], TypeError)
+    assert torch.equal(outcomes[1][1], outcomes[0][1])
 
 
 def _raised(function, *args) -> tuple[type[BaseException], str]:

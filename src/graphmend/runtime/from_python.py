@@ -59,8 +59,18 @@ def _made_here_untouched(_tracer: Any, made: Any) -> bool:
     return node.op == "call_function" and isinstance(fake, torch.Tensor) and fake._version == 0
 
 
-@deferral.deferred("torch._dynamo.mark_static_address")
 def mark_static_address(tensor: Any) -> None:
     """``torch._dynamo.mark_static_address(tensor)``; while TorchDynamo traces, made after
-    the graph, on the tensor the graph gives (tracing it fails)."""
+    the graph, on the tensor the graph gives (tracing it fails).  Of anything but a
+    tensor it raises, which after the graph would be after what the graph did (an update
+    of the caller's tensor): there the graph breaks, as the original's did before it (in
+    a loop TorchDynamo runs the frame as written)."""
+    if not isinstance(tensor, torch.Tensor):
+        torch._dynamo.graph_break()
+    _mark_after_the_graph(tensor)
+
+
+@deferral.deferred("torch._dynamo.mark_static_address")
+def _mark_after_the_graph(tensor: Any) -> None:
+    """``torch._dynamo.mark_static_address(tensor)``, run after the graph."""
     torch._dynamo.mark_static_address(tensor)
