@@ -247,6 +247,8 @@ def _raised(function, *args) -> tuple[type[BaseException], str]:
         ("return x if flags[0] else -x, flags", "read other than by tests"),
         ("f = lambda: flags\n    return x if flags[0] else -x", "nested function"),
         ("print(locals())\n    return x if flags[0] else -x", "locals() may read"),
+        # dir() lists the injected locals too
+        ("names = dir()\n    return x if flags[0] else -x", "dir() may read"),
         (
             "torch._dynamo.mark_dynamic(x, 0)\n    return x if flags[0] else -x",
             "mark_dynamic() cannot be traced",

@@ -39,6 +39,7 @@ from graphmend.analysis.bindings import is_attribute_chain
 from graphmend.analysis.purity import qualified_name
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
+    FRAME_INTROSPECTION,
     Decline,
     ModuleContext,
     is_generated,
@@ -69,8 +70,6 @@ _CONTAINER_METHODS = frozenset(
 #: Modules of functions that TorchDynamo may refuse to trace (``forbid_in_graph``).
 _TRACER_MODULES = ("torch._dynamo.", "torch.compiler.", "torch._C._dynamo.")
 _MARK_STATIC = "torch._dynamo.mark_static_address"
-#: Calls that may read any local of the frame.
-_FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval"})
 
 
 @dataclass
@@ -339,7 +338,7 @@ def _check_statement(
             isinstance(inner, ast.Name) and inner.id == root for inner in ast.walk(node)
         ):
             raise Decline(f"a nested function or comprehension reads {root}")
-        if isinstance(node, ast.Name) and node.id in _FRAME_INTROSPECTION:
+        if isinstance(node, ast.Name) and node.id in FRAME_INTROSPECTION:
             raise Decline(f"{node.id}() may read the tensor")
         if _same_target(node, target) and id(node) not in tested:
             raise Decline(f"{ast.unparse(target)} is read other than by tests of its items")
