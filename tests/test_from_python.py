@@ -292,6 +292,12 @@ def test_an_attribute_tensor_whose_owner_is_handed_on_is_declined(call):
         "    for i in range(2):\n        flags = torch.tensor([True])\n"
         "        y = 1 if flags[0] else 2\n        helper(x)\n",
         "    flags = torch.tensor([True])\n    y = 1 if flags[0] else 2\n    x.add_(1)\n",
+        # in a try's handlers or finally (plain compile ran the frame eagerly after the
+        # break in the try; a forbidden call there failed the compiled call)
+        "    try:\n        flags = torch.tensor([True])\n        y = 1 if flags[0] else 2\n"
+        "    finally:\n        helper(x)\n",
+        "    try:\n        flags = torch.tensor([True])\n        y = 1 if flags[0] else 2\n"
+        "    except ValueError:\n        helper(x)\n",
         # a list the caller gave (a local bound to a new list is known)
         "    flags = torch.tensor([True])\n    helper.append(1 if flags[0] else 2)\n",
         "    sizes = []\n    sizes = helper\n    flags = torch.tensor([True])\n"
