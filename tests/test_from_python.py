@@ -103,6 +103,16 @@ def out_of_range(x):
     flags = torch.tensor([True])
     return y.sum(), (2 if flags[3] else 3)
 
+def built(i):
+    flags = torch.tensor([True, False])
+    return 1 if flags[i] else 2
+
+def marks_in_a_loop(x):
+    for i in range(2):
+        n = built(i)
+        torch._dynamo.mark_dynamic(x, 0)  # refused while tracing
+    return x * n
+
 def marks_a_number(x, y):
     for i in range(2):
         flags = torch.tensor([True, False])
@@ -218,6 +228,17 @@ def test_an_index_out_of_range_raises_as_before(modules):
     assert raised[0] == raised[1]
     assert raised[2] == raised[3]
     assert issubclass(raised[0][0], IndexError)
+
+
+def test_a_caller_whose_code_cannot_be_traced_keeps_the_break(modules):
+    # the item decided, the caller's loop was traced through: mark_dynamic failed the
+    # compiled call (AssertionError: forbidden callable) where plain compile runs it
+    plain, mended = modules
+    x = torch.ones(2)
+    before = compile_and_run(plain.marks_in_a_loop, x)
+    after = compile_and_run(mended.marks_in_a_loop, x)
+    assert torch.equal(after.result, before.result)
+    assert after.graphs <= before.graphs
 
 
 def test_a_mark_that_raises_raises_before_what_follows(modules):

@@ -9,6 +9,7 @@ import torch
 
 from graphmend.runtime import deferral
 from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.attempts import first_line, last_opened_site, on_trace_error, open_site
 from graphmend.runtime.formatting import known_while_tracing
 from graphmend.runtime.tracing import tracing
 
@@ -26,9 +27,32 @@ def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     graph break.  Not on the ``meta`` device, whose items have no truth.  Only
     where TorchDynamo runs :func:`mark_static_address` after the graph: the original
     broke the graph before the code that calls it, which TorchDynamo refuses to trace."""
-    if tracing() and deferral.reordering() and _known(tensor, index, made, values):
+    if (
+        tracing()
+        and deferral.reordering()
+        and _known(tensor, index, made, values)
+        and open_site("from_python") is None
+    ):
+        ask_tracer(_keep_break_if_tracing_fails, None)
         return values[index]
     return tensor[index]
+
+
+def _keep_break_if_tracing_fails(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`item_from_python`, the item decided: where
+    tracing what follows fails (in the function, or in a caller's loop, which plain
+    compile ran as Python after the break: ``torch._dynamo.mark_dynamic``, refused while
+    tracing), restart the analysis with the site's break kept.  Not where the frame must
+    be one graph: there the break would fail the compile all the same."""
+    site = last_opened_site(tracer.output)
+    if site is not None and not site.one_graph:
+        on_trace_error(
+            tracer.output,
+            lambda error: site.keep_break(
+                f"the code after it cannot be traced ({first_line(error)}), where the "
+                "original broke the graph before it"
+            ),
+        )
 
 
 def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
