@@ -72,6 +72,10 @@ def rebound(x):
     flags = x > 0
     return y.sum(), (2 if flags[0] else 3)
 
+def compared_flags(x, k):
+    flags = torch.tensor([j < k for j in range(4)])
+    return x * 2, (1 if flags[2] else 0)
+
 def symbolic_index(x):
     flags = torch.tensor([True, False, True, False, True, False, True, False, True, False])
     y = x * 2
@@ -188,17 +192,38 @@ def test_a_symbolic_index_is_not_pinned(modules):
     # x.shape[0] - 2 turns symbolic at the second size: looking the item up in the
     # values pinned it, and the frame compiled again for every size (8 graphs against
     # plain's 3, then ran eagerly past the recompile limit)
-    plain, mended = modules
+    calls = [(torch.randn(size),) for size in range(3, 12)]
+    _assert_no_more_graphs(*modules, "symbolic_index", calls)
+
+
+def test_symbolic_values_are_not_pinned(modules):
+    # j < k turns symbolic when k changes: asking each value's type pinned it, and the
+    # frame compiled again for every k (3 graphs against plain's 2)
+    calls = [(torch.ones(2), k) for k in (1, 2, 3, 4, 0)]
+    _assert_no_more_graphs(*modules, "compared_flags", calls)
+
+
+def _assert_no_more_graphs(plain, mended, name, calls) -> None:
+    """Over ``calls`` (argument tuples), the compiled GraphMend function gives plain's
+    results with no more graphs than plain compile."""
     graphs = {}
     for module in (plain, mended):
         torch._dynamo.reset()
         counter = CompileCounter()
-        compiled = torch.compile(module.symbolic_index, backend=counter)
-        for size in range(3, 12):
-            x = torch.randn(size)
-            assert torch.equal(compiled(x), plain.symbolic_index(x))
+        compiled = torch.compile(getattr(module, name), backend=counter)
+        for arguments in calls:
+            assert _same(compiled(*arguments), getattr(plain, name)(*arguments))
         graphs[module] = counter.frame_count
     assert graphs[mended] <= graphs[plain]
+
+
+def _same(left, right) -> bool:
+    """Equal results: tensors equal, tuples item by item, anything else by ``==``."""
+    if isinstance(left, tuple):
+        return isinstance(right, tuple) and len(left) == len(right) and all(map(_same, left, right))
+    if isinstance(left, torch.Tensor):
+        return torch.equal(left, right)
+    return left == right
 
 
 @pytest.mark.parametrize("through", ["property", "operator"])

@@ -17,8 +17,8 @@ from graphmend.runtime.tracing import tracing
 def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     """``tensor[index]``; while tracing, ``values[index]`` where its truth is the item's
     for certain: ``tensor`` is ``made`` (``torch.tensor(values)``, which the rewrite
-    checked nothing can update), one-dimensional, made of ``bool`` values only (a new
-    list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
+    checked nothing can update), one-dimensional, made of ``bool`` constants only (a
+    new list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
     TorchDynamo holds as a constant (a symbolic one, ``x.shape[0] - 2``, would be
     pinned by the lookup: a graph for every size, where the original broke).  The
     tensor must also be made in the graph being traced and not updated in place since
@@ -64,11 +64,25 @@ def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
         and ask_tracer(_made_here_untouched, False, made)
         and type(values) in (list, tuple)
         and len(values) == made.shape[0]
-        and all(type(value) is bool for value in values)
+        and ask_tracer(_constant_bools, False, values)
         and type(index) is int
         and known_while_tracing(index)
         and -len(values) <= index < len(values)
     )
+
+
+def _constant_bools(_tracer: Any, values: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`_known`: whether ``values`` holds ``bool``
+    constants only.  Not symbolic booleans (``j < k`` of an int made dynamic): asking a
+    ``SymBool``'s type in traced code guards on its value, a graph for every value where
+    the original keeps one."""
+    try:
+        return all(
+            item.is_python_constant() and type(item.as_python_constant()) is bool
+            for item in values.items
+        )
+    except (AttributeError, NotImplementedError):
+        return False
 
 
 def _made_here_untouched(_tracer: Any, made: Any) -> bool:
