@@ -117,6 +117,13 @@ def marks_in_a_loop(x):
         torch._dynamo.mark_dynamic(x, 0)  # refused while tracing
     return x * n
 
+def indexed_in_a_loop(x, k):
+    sizes = []
+    for i in range(1):
+        flags = torch.tensor([False])
+        sizes.append(1 if flags[k] else 2)
+    return x * 2, sizes
+
 def marks_a_number(x, y):
     for i in range(2):
         flags = torch.tensor([True, False])
@@ -253,6 +260,24 @@ def test_an_index_out_of_range_raises_as_before(modules):
     assert raised[0] == raised[1]
     assert raised[2] == raised[3]
     assert issubclass(raised[0][0], IndexError)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plain compile gives up the frame at the break in its loop and runs it as "
+    "Python ever after; GraphMend compiles it (the item decided at the first call), and "
+    "when k turns symbolic the fake lookup of flags[k] raises IndexError with "
+    "TorchDynamo's message ('select(): index s16 out of range...') instead of Python's",
+)
+def test_an_index_turned_symbolic_out_of_range_raises_as_plain(modules):
+    plain, mended = modules
+    raised = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.indexed_in_a_loop, backend="eager")
+        compiled(torch.ones(2), 0)
+        raised.append(_raised(compiled, torch.ones(2), 1))
+    assert raised[0] == raised[1]
 
 
 def test_a_caller_whose_code_cannot_be_traced_keeps_the_break(modules):
