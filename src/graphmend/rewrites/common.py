@@ -24,6 +24,8 @@ from graphmend.generated import PREFIX
 RUNTIME = f"{PREFIX}rt"  # the module global holding graphmend.runtime
 TRACING = f"{PREFIX}tracing"  # the module global holding runtime.tracing
 
+#: Builtins that read the frame's locals, or list their names (injected ones included).
+FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval", "dir"})
 _GENERATED = "_graphmend_generated"
 _NEVER_TRACED = frozenset({"__init__", "__init_subclass__"})
 _LEFT_ALONE = "_graphmend_left_alone"

@@ -48,6 +48,7 @@ from graphmend.analysis.bindings import (
 )
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
+    FRAME_INTROSPECTION,
     PREFIX,
     Decline,
     ModuleContext,
@@ -67,7 +68,6 @@ from graphmend.rewrites.common import (
 #: The most statements the rest of a function may hold to be copied into both branches.
 MAX_STATEMENTS = 200
 
-_FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval", "dir"})
 #: Definitions whose ``__qualname__`` names the function they are defined in.
 _NAMED_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -271,7 +271,7 @@ def _check_copied(copied: list[ast.stmt], rest: list[ast.stmt]) -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id == "super" and not node.args:
                 raise Decline("super() without arguments needs the method's own frame")
-            if node.func.id in _FRAME_INTROSPECTION:
+            if node.func.id in FRAME_INTROSPECTION:
                 raise Decline(f"{node.func.id}() would see another frame")
         if isinstance(node, ast.Name) and node.id == "__class__":
             raise Decline("__class__ needs the method's own frame")

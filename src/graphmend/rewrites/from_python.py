@@ -39,6 +39,7 @@ from graphmend.analysis.bindings import is_attribute_chain
 from graphmend.analysis.purity import qualified_name
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
+    FRAME_INTROSPECTION,
     Decline,
     ModuleContext,
     is_generated,
@@ -59,6 +60,7 @@ _NESTED_SCOPES = (
     ast.GeneratorExp,
 )
 _BLOCKS = ("body", "orelse", "finalbody")
+_TRIES = tuple(getattr(ast, name) for name in ("Try", "TryStar") if hasattr(ast, name))
 _DISPLAYS = (ast.List, ast.Dict, ast.Set)
 #: The values a tensor is made of: a new sequence, which nothing else can change.
 _NEW_SEQUENCES = (ast.List, ast.Tuple, ast.ListComp)
@@ -69,8 +71,6 @@ _CONTAINER_METHODS = frozenset(
 #: Modules of functions that TorchDynamo may refuse to trace (``forbid_in_graph``).
 _TRACER_MODULES = ("torch._dynamo.", "torch.compiler.", "torch._C._dynamo.")
 _MARK_STATIC = "torch._dynamo.mark_static_address"
-#: Calls that may read any local of the frame.
-_FRAME_INTROSPECTION = frozenset({"locals", "vars", "exec", "eval"})
 
 
 @dataclass
@@ -214,15 +214,34 @@ def _statement_blocks(
 ) -> Iterator[tuple[list[ast.stmt], list[ast.stmt]]]:
     """``block`` and the blocks of its statements, not those of nested definitions; each
     with the statements that may run after it ends (``after``, for ``block``): those
-    after the statements holding it, and the whole of the loops holding it."""
+    after the statements holding it, the whole of the loops holding it, and the
+    handlers and ``finally`` of the ``try`` statements holding it."""
     yield block, after
     for index, statement in enumerate(block):
         if not isinstance(statement, _NESTED_SCOPES):
             following = [*block[index + 1 :], *after]
             if isinstance(statement, ast.For | ast.While):
                 following = [statement, *following]
-            for nested in _blocks_of(statement):
-                yield from _statement_blocks(nested, following)
+            for nested, then in _nested_blocks(statement, following):
+                yield from _statement_blocks(nested, then)
+
+
+def _nested_blocks(
+    statement: ast.stmt, following: list[ast.stmt]
+) -> Iterator[tuple[list[ast.stmt], list[ast.stmt]]]:
+    """The blocks of ``statement``, each with the statements that may run after it ends:
+    ``following``, and first, after a ``try``'s body its handlers, ``else`` and
+    ``finally``, after its handlers and ``else`` its ``finally``."""
+    if not isinstance(statement, _TRIES):
+        for nested in _blocks_of(statement):
+            yield nested, following
+        return
+    final = [*statement.finalbody, *following]
+    handled = [part for handler in statement.handlers for part in handler.body]
+    yield statement.body, [*handled, *statement.orelse, *final]
+    for nested in [*(handler.body for handler in statement.handlers), statement.orelse]:
+        yield nested, final
+    yield statement.finalbody, following
 
 
 def _same_target(node: ast.AST, target: ast.expr) -> bool:
@@ -339,7 +358,7 @@ def _check_statement(
             isinstance(inner, ast.Name) and inner.id == root for inner in ast.walk(node)
         ):
             raise Decline(f"a nested function or comprehension reads {root}")
-        if isinstance(node, ast.Name) and node.id in _FRAME_INTROSPECTION:
+        if isinstance(node, ast.Name) and node.id in FRAME_INTROSPECTION:
             raise Decline(f"{node.id}() may read the tensor")
         if _same_target(node, target) and id(node) not in tested:
             raise Decline(f"{ast.unparse(target)} is read other than by tests of its items")

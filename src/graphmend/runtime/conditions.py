@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from graphmend.runtime.formatting import symbolic_while_tracing
+
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq,
     "!=": operator.ne,
@@ -71,23 +73,23 @@ def logical_or(left: torch.Tensor, right: Any) -> Any:
 def host_value(value: Any, conversion: str) -> Any:
     """``value.item()`` / ``float(value)`` / ``int(value)`` / ``bool(value)``, kept on the device.
 
-    A one-element tensor becomes a 0-d tensor holding exactly what Python
-    would hold: floating values as float64 (a Python float), integers as
-    int64, booleans as bool.  Anything else converts as the original did.
+    A one-element tensor is kept as it is where the Python number holds its
+    value (what reads it brings it to float64 or int64, or takes its truth:
+    :func:`compare`, :func:`truth`), so that nothing is computed on the device
+    for a comparison that then reads it on the host; it is converted where the
+    conversion changes it: ``bool()``, and ``float()`` of an integer (rounded
+    beyond 2**53).  Anything else converts as the original did.
     """
     if not is_scalar_tensor(value) or value.is_complex():
         return _convert(value, conversion)
-    value = value.reshape(())
     if conversion == "bool":
-        return value.bool()
-    if value.is_floating_point():
-        if conversion == "int":
-            # int() of NaN or inf raises; only the host conversion does that.
-            return _convert(value, conversion)
-        return value.double()
-    if conversion == "float":
-        return value.double()
-    return value if value.dtype == torch.bool and conversion == "item" else value.long()
+        return value.reshape(()).bool()
+    if value.is_floating_point() and conversion == "int":
+        # int() of NaN or inf raises; only the host conversion does that.
+        return _convert(value, conversion)
+    if conversion == "float" and not value.is_floating_point():
+        return value.reshape(()).double()
+    return value
 
 
 def _convert(value: Any, conversion: str) -> Any:
@@ -100,26 +102,47 @@ def compare(left: Any, operator_symbol: str, right: Any, left_host: bool, right_
     """``left <op> right`` where the sides marked ``*_host`` came from :func:`host_value`.
 
     When each side is a host value or a Python number, both are brought to
-    float64 if either is floating (Python compares an int with a float
-    exactly; float64 does for every value a count or index takes), else to
-    int64, and compared on the device.  Any other mix is compared as the
-    original did, reading the host values back (the original graph break).
+    float64 if either is floating, else to int64, and compared on the device,
+    where each side converts there exactly (:func:`_exactly_as`): Python
+    compares an int with a float exactly, float64 only the ints up to 2**53.
+    Any other mix is compared as the original did, reading the host values
+    back (the original graph break).
     """
     compare_values = _COMPARISONS[operator_symbol]
     sides = ((left, left_host), (right, right_host))
-    if not any(is_scalar_tensor(value) for value, _ in sides) or not all(
-        _is_number(value, host) for value, host in sides
+    dtype = torch.float64 if _is_floating(left) or _is_floating(right) else torch.int64
+    if (
+        not any(is_scalar_tensor(value) for value, _ in sides)
+        or not all(_is_number(value, host) for value, host in sides)
+        or not all(_exactly_as(value, dtype) for value, _ in sides)
     ):
         return compare_values(_on_host(left, left_host), _on_host(right, right_host))
-    if _is_floating(left) or _is_floating(right):
-        return compare_values(_as(left, torch.float64), _as(right, torch.float64))
-    return compare_values(_as(left, torch.int64), _as(right, torch.int64))
+    return compare_values(_as(left, dtype), _as(right, dtype))
 
 
 def _is_number(value: Any, host: bool) -> bool:
     if isinstance(value, torch.Tensor):
         return host and value.numel() == 1
     return type(value) in (int, float, bool)
+
+
+#: The ints that int64 holds, and those that float64 holds exactly (every one between).
+_EXACT_INTS = {torch.int64: (-(2**63), 2**63 - 1), torch.float64: (-(2**53), 2**53)}
+
+
+def _exactly_as(value: Any, dtype: torch.dtype) -> bool:
+    """Whether every number ``value`` (a host value or a Python number) may hold converts
+    to ``dtype`` exactly: an int64 host value may not to float64 (``2**53 + 1``), a
+    uint64 one not to int64, a Python int beyond int64 to neither (it raises).  A
+    symbolic int (a size) is taken to be within range: comparing it would guard on it."""
+    if isinstance(value, torch.Tensor):
+        if dtype == torch.int64:
+            return value.dtype != torch.uint64
+        return value.is_floating_point() or value.dtype.itemsize <= 4
+    if type(value) is not int or symbolic_while_tracing(value):
+        return True
+    low, high = _EXACT_INTS[dtype]
+    return low <= value <= high
 
 
 def _on_host(value: Any, host: bool) -> Any:

@@ -9,6 +9,7 @@ import torch
 
 from graphmend.runtime import deferral
 from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.attempts import first_line, last_opened_site, on_trace_error, open_site
 from graphmend.runtime.formatting import known_while_tracing
 from graphmend.runtime.tracing import tracing
 
@@ -16,8 +17,8 @@ from graphmend.runtime.tracing import tracing
 def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     """``tensor[index]``; while tracing, ``values[index]`` where its truth is the item's
     for certain: ``tensor`` is ``made`` (``torch.tensor(values)``, which the rewrite
-    checked nothing can update), one-dimensional, made of ``bool`` values only (a new
-    list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
+    checked nothing can update), one-dimensional, made of ``bool`` constants only (a
+    new list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
     TorchDynamo holds as a constant (a symbolic one, ``x.shape[0] - 2``, would be
     pinned by the lookup: a graph for every size, where the original broke).  The
     tensor must also be made in the graph being traced and not updated in place since
@@ -26,9 +27,32 @@ def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     graph break.  Not on the ``meta`` device, whose items have no truth.  Only
     where TorchDynamo runs :func:`mark_static_address` after the graph: the original
     broke the graph before the code that calls it, which TorchDynamo refuses to trace."""
-    if tracing() and deferral.reordering() and _known(tensor, index, made, values):
+    if (
+        tracing()
+        and deferral.reordering()
+        and _known(tensor, index, made, values)
+        and open_site("from_python") is None
+    ):
+        ask_tracer(_keep_break_if_tracing_fails, None)
         return values[index]
     return tensor[index]
+
+
+def _keep_break_if_tracing_fails(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`item_from_python`, the item decided: where
+    tracing what follows fails (in the function, or in a caller's loop, which plain
+    compile ran as Python after the break: ``torch._dynamo.mark_dynamic``, refused while
+    tracing), restart the analysis with the site's break kept.  Not where the frame must
+    be one graph: there the break would fail the compile all the same."""
+    site = last_opened_site(tracer.output)
+    if site is not None and not site.one_graph:
+        on_trace_error(
+            tracer.output,
+            lambda error: site.keep_break(
+                f"the code after it cannot be traced ({first_line(error)}), where the "
+                "original broke the graph before it"
+            ),
+        )
 
 
 def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
@@ -40,11 +64,25 @@ def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
         and ask_tracer(_made_here_untouched, False, made)
         and type(values) in (list, tuple)
         and len(values) == made.shape[0]
-        and all(type(value) is bool for value in values)
+        and ask_tracer(_constant_bools, False, values)
         and type(index) is int
         and known_while_tracing(index)
         and -len(values) <= index < len(values)
     )
+
+
+def _constant_bools(_tracer: Any, values: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`_known`: whether ``values`` holds ``bool``
+    constants only.  Not symbolic booleans (``j < k`` of an int made dynamic): asking a
+    ``SymBool``'s type in traced code guards on its value, a graph for every value where
+    the original keeps one."""
+    try:
+        return all(
+            item.is_python_constant() and type(item.as_python_constant()) is bool
+            for item in values.items
+        )
+    except (AttributeError, NotImplementedError):
+        return False
 
 
 def _made_here_untouched(_tracer: Any, made: Any) -> bool:
@@ -59,8 +97,18 @@ def _made_here_untouched(_tracer: Any, made: Any) -> bool:
     return node.op == "call_function" and isinstance(fake, torch.Tensor) and fake._version == 0
 
 
-@deferral.deferred("torch._dynamo.mark_static_address")
 def mark_static_address(tensor: Any) -> None:
     """``torch._dynamo.mark_static_address(tensor)``; while TorchDynamo traces, made after
-    the graph, on the tensor the graph gives (tracing it fails)."""
+    the graph, on the tensor the graph gives (tracing it fails).  Of anything but a
+    tensor it raises, which after the graph would be after what the graph did (an update
+    of the caller's tensor): there the graph breaks, as the original's did before it (in
+    a loop TorchDynamo runs the frame as written)."""
+    if not isinstance(tensor, torch.Tensor):
+        torch._dynamo.graph_break()
+    _mark_after_the_graph(tensor)
+
+
+@deferral.deferred("torch._dynamo.mark_static_address")
+def _mark_after_the_graph(tensor: Any) -> None:
+    """``torch._dynamo.mark_static_address(tensor)``, run after the graph."""
     torch._dynamo.mark_static_address(tensor)

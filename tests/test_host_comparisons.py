@@ -1,0 +1,61 @@
+"""Host values compared on the device (runtime.conditions.compare): exactly as Python
+compares the numbers, or as the original did, where float64 or int64 cannot hold them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounter
+
+from helpers.modules import import_both
+
+SOURCE = """
+def above(x, limit):
+    if x.item() > limit:
+        y = x + 1
+    else:
+        y = x - 1
+    return y
+
+def equal(x, limit):
+    if x.item() == limit:
+        y = x + 1
+    else:
+        y = x - 1
+    return y
+"""
+
+CASES = {
+    # an int64 beyond 2**53 against a float: float64 rounded 2**53 + 1 to 2**53
+    "int64-above-2**53-float": ("above", torch.tensor([2**53 + 1]), float(2**53)),
+    # a float64 against an int beyond 2**53: float64 rounded the int
+    "float64-int-beyond-2**53": ("equal", torch.tensor([2.0**53], dtype=torch.float64), 2**53 + 1),
+    # a Python int beyond int64: the device comparison raised
+    "int64-int-beyond-int64": ("above", torch.tensor([5]), 2**64),
+    "float-int-beyond-float64": ("above", torch.tensor([5.0]), 10**400),
+    # still compared on the device: every int32 is a float64
+    "int32-float": ("above", torch.tensor([2**31 - 1], dtype=torch.int32), 2147483646.5),
+    "float32-float": ("equal", torch.tensor([0.1]), 0.1),
+}
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    return import_both(tmp_path_factory.mktemp("host_comparisons"), "host_comparisons", SOURCE)
+
+
+def _compiled(function, *args):
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    return torch.compile(function, backend=counter)(*args), counter.frame_count
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_host_value_compares_as_python_does(modules, case):
+    plain, mended = modules
+    name, x, limit = CASES[case]
+    expected, plain_graphs = _compiled(getattr(plain, name), x, limit)
+    result, graphs = _compiled(getattr(mended, name), x, limit)
+    assert torch.equal(expected, getattr(plain, name)(x, limit))
+    assert torch.equal(result, expected)
+    assert graphs <= plain_graphs
