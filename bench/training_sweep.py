@@ -14,10 +14,11 @@ same weights and inputs.  In each arm:
 * train layerdrop: the same with every module's ``layerdrop`` at 0.5, where
   there is one (BART-style encoders and decoders skip layers at random);
 * dynamic: ``torch.compile(dynamic=True)`` in eval mode, called on the census
-  inputs and then on inputs 4 tokens shorter;
+  inputs, then on inputs 4 tokens shorter and with an all-ones attention mask;
 * autocast: ``torch.autocast("cpu", bfloat16 / float16)``, eager and compiled;
 * the model in another dtype (``--dtype``): everything above with its weights and
   floating-point inputs in that dtype (float16 takes the overflow-clamping branches);
+* inference_mode: under ``torch.inference_mode()`` (inference tensors), eager and compiled;
 * flags: ``output_attentions``, ``output_hidden_states`` and ``return_dict=False``,
   eager and compiled.
 
@@ -173,9 +174,9 @@ def layerdrop_runs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> d
 
 
 def dynamic_runs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """``dynamic=True`` compiles on the census inputs, then on shorter ones (eval mode)."""
+    """``dynamic=True`` compiles on the census inputs, then on shorter ones and on an all-ones
+    attention mask (eval mode)."""
     sets = input_sets(inputs)
-    sets.pop("mask of ones", None)
     runs = counted(
         lambda compiled: [
             lambda values=values: inference_step(compiled, values) for values in sets.values()
@@ -218,6 +219,7 @@ def run_arm(arm: str, model_type: str, options: list[str], folder: Path) -> dict
     for low in (torch.bfloat16, torch.float16):
         autocast = lambda low=low: torch.autocast("cpu", dtype=low)  # noqa: E731
         runs.update(variant_runs(model, f"autocast {low}", inputs, autocast))
+    runs.update(variant_runs(model, "inference_mode", inputs, torch.inference_mode))
     for flag in FLAGS:
         label = ",".join(f"{name}={value}" for name, value in flag.items())
         runs.update(variant_runs(model, label, {**inputs, **flag}, contextlib.nullcontext))
