@@ -10,6 +10,7 @@ same weights and inputs.  In each arm:
   call), labels passed where the head takes them (the loss computed inside),
   ``loss.backward()``; eagerly and under ``torch.compile`` with backends
   "eager" and "aot_eager".  The loss, outputs and every parameter's ``.grad``;
+* train checkpointing: the same with ``gradient_checkpointing_enable()``;
 * train autocast float16: the same under ``torch.autocast("cpu", float16)``;
 * train layerdrop: the same with every module's ``layerdrop`` at 0.5, where
   there is one (BART-style encoders and decoders skip layers at random);
@@ -22,10 +23,10 @@ same weights and inputs.  In each arm:
 * flags: ``output_attentions``, ``output_hidden_states`` and ``return_dict=False``,
   eager and compiled.
 
-Every tensor is fingerprinted (its bits); the fingerprints, errors, graphs
-(``CompileCounter`` frames) and graph breaks of each run are recorded.
-Fingerprints and errors must be the same in both arms, and GraphMend's graphs
-and breaks never more than plain's.
+Every tensor is fingerprinted (its bits).  Per run, the fingerprints, errors,
+warnings, log records and printed text must be the same in both arms, and
+GraphMend's graphs (``CompileCounter`` frames) and graph breaks never more
+than plain's.
 
     python bench/training_sweep.py TYPE ... [--dtype float16] [--out DIR] [--timeout S]
 
@@ -36,14 +37,18 @@ Appends one JSON line per model type to ``DIR/results.jsonl`` (default
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from generate_sweep import fingerprint
+from generate_sweep import WATCHED_LOGGERS, Records, attached, fingerprint
 from inductor_sweep import ARMS, answer_arm_call, input_sets, run_subprocess, shared_subject
 
 COMPILED_BACKENDS = ("eager", "aot_eager")
@@ -58,7 +63,7 @@ FLAGS = (
     {"return_dict": False},
 )
 #: Fields of a run that must be the same in both arms; counts GraphMend must not raise.
-COMPARED = ("outputs", "grads", "error")
+COMPARED = ("outputs", "grads", "error", "warnings", "printed")
 COUNTED = ("graphs", "breaks")
 
 
@@ -112,13 +117,24 @@ def inference_step(model: Callable[..., Any], inputs: dict[str, Any]) -> dict[st
 
 
 def observed(step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``step``'s record, or the exception it raised."""
+    """``step``'s record, or the exception it raised, with the warnings, logs and prints."""
     from measuring import describe
 
-    try:
-        return {"error": None, **step()}
-    except Exception as error:
-        return {"error": describe(error)["error"], "outputs": None}
+    handler = Records(logging.WARNING)
+    printed = io.StringIO()
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        attached(handler, WATCHED_LOGGERS),
+        contextlib.redirect_stdout(printed),
+    ):
+        warnings.simplefilter("always")
+        try:
+            record = {"error": None, **step()}
+        except Exception as error:
+            record = {"error": describe(error)["error"], "outputs": None}
+    record["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught] + handler.messages
+    record["printed"] = printed.getvalue()
+    return record
 
 
 def counted(
@@ -156,6 +172,17 @@ def training_runs(model: torch.nn.Module, inputs: dict[str, torch.Tensor], label
         )
     model.eval()
     return runs
+
+
+def checkpointing_runs(model: Any, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Training steps with gradient checkpointing on, if the model supports it."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        return {}
+    model.gradient_checkpointing_enable()
+    try:
+        return training_runs(model, inputs, "train checkpointing")
+    finally:
+        model.gradient_checkpointing_disable()
 
 
 def layerdrop_runs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -203,16 +230,18 @@ def variant_runs(
 
 def run_arm(arm: str, model_type: str, options: list[str], folder: Path) -> dict[str, Any]:
     """One arm in this process: every variant on the shared subject."""
-    import contextlib
-
     from measuring import cast
 
     (dtype_name,) = options
     dtype = getattr(torch, dtype_name)
     subject = shared_subject(arm, model_type, folder)
     model, inputs = subject.model.to(dtype), cast(subject.inputs, dtype)
+    # The plain arm ran the model when it chose it: run it here too, so that warnings
+    # logged once are spent in both arms before anything is observed.
+    inference_step(model, inputs)
     labelled = with_labels(subject.choice["head"], inputs)
     runs = {**training_runs(model, labelled, "train"), **layerdrop_runs(model, labelled)}
+    runs.update(checkpointing_runs(model, labelled))
     with torch.autocast("cpu", dtype=torch.float16):
         runs.update(training_runs(model, labelled, "train autocast float16"))
     runs.update(dynamic_runs(model, inputs))
