@@ -103,10 +103,12 @@ def generation_inputs(model: Any, inputs: dict[str, torch.Tensor]) -> dict[str, 
 
 
 def fingerprint(tensors: tuple[torch.Tensor, ...]) -> str:
-    """A digest of the tensors' bits: equal digests, bitwise equal scores."""
+    """A digest of the tensors' bits (any dtype, bfloat16 included): equal digests, equal bits."""
     digest = hashlib.sha256()
     for tensor in tensors:
-        digest.update(tensor.detach().contiguous().numpy().tobytes())
+        raw = tensor.detach().contiguous()
+        digest.update(str((raw.dtype, tuple(raw.shape))).encode())
+        digest.update(raw.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
