@@ -17,9 +17,11 @@ from collections.abc import Iterable, Sequence
 
 from graphmend.analysis.bindings import FunctionNode, items_read_after, live_after, names_read
 from graphmend.analysis.scopes import ModuleScopes, Resolution
+from graphmend.rewrites.common import FRAME_INTROSPECTION
 
-#: Builtins that read a function's locals by no name (``locals()``, ``vars()``, ``eval``).
-_READ_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
+#: Builtins that read a function's locals by no name (``locals()``, ``vars()``, ``eval``);
+#: ``dir()`` lists only their names.
+_READ_EVERY_LOCAL = FRAME_INTROSPECTION - {"dir"}
 
 
 def kept_argument(
