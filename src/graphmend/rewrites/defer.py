@@ -406,9 +406,11 @@ class _Plan:
         checks.append(runtime_call("defers_here", *[load(name) for name in names]))
         check = ast.BoolOp(op=ast.And(), values=checks)
         statements.append(ast.Assign(targets=[store(carried)], value=check))
+        # a call of no values captures an empty tuple: the decision must reach the call
+        # all the same (not carried, the call keeps its break)
         captured = [
-            ast.Starred(value=runtime_call("capture", load(name), load(carried)), ctx=ast.Load())
-            for name in names
+            ast.Starred(value=runtime_call("capture", value, load(carried)), ctx=ast.Load())
+            for value in [load(name) for name in names] or [ast.Tuple(elts=[], ctx=ast.Load())]
         ]
         call = ast.Call(func=load(function_name), args=captured, keywords=[])
         statements.append(ast.Expr(call))

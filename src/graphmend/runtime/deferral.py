@@ -39,6 +39,7 @@ from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
+from graphmend.runtime.skipped_frames import keep_first_break_if_frame_given_up
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
 
@@ -530,6 +531,7 @@ def _enable(_dynamo: object = None) -> None:
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
     dynamo_support.on_failed_trace(keep_break_before_failed_trace)
+    dynamo_support.on_failed_trace(keep_first_break_if_frame_given_up)
     _enabled = True
     # what the generated functions call, and what render calls (under dynamic=True a
     # float TorchDynamo made symbolic made a graph of a helper's own frame)

@@ -1,0 +1,75 @@
+"""Keeping the first break of a frame that TorchDynamo would skip for a break in a loop.
+
+TorchDynamo cannot resume a frame after a graph break inside a ``for`` or ``while``
+loop: it gives the whole frame up ("graph break in a for/while loop"), the frame runs
+in Python, and each function it calls is compiled as a frame of its own.  Where the
+frame's first break comes before the loop, TorchDynamo compiles what precedes it as
+one graph and resumes after it, and only the rest of the frame is given up.
+
+A site that removes that first break (a deferred ``logger.warning_once`` before the
+decoder's layer loop, whose layer drop reads ``torch.rand([])``) leaves the break in
+the loop first: the whole frame is given up, and what plain compile held in one graph
+becomes graphs of the functions it calls (NLLB-MoE's decoder with gradient
+checkpointing: 6 graphs where plain compiles 5).  So when the tracing of a frame ends
+that way, the analysis restarts with the first site opened outside any loop keeping
+its break (:meth:`attempts.Site.keep_break`): the frame breaks where plain compile
+breaks, and the rest of it is traced as plain compile traces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The attribute of the ``OutputGraph`` being traced that lists the sites opened
+#: outside any loop, in the order they were opened.
+_OPENED_OUTSIDE_LOOPS = "graphmend_sites_outside_loops"
+
+
+def note_opened(output: Any, user_frame: Any, site: Any) -> None:
+    """Record ``site``, opened in ``user_frame`` (the user's function's translator), on
+    the graph ``output`` traces, unless a loop around it would make a break there give
+    the whole frame up all the same."""
+    if _in_a_loop(user_frame):
+        return
+    sites = getattr(output, _OPENED_OUTSIDE_LOOPS, None)
+    if sites is None:
+        sites = []
+        setattr(output, _OPENED_OUTSIDE_LOOPS, sites)
+    sites.append(site)
+
+
+def _in_a_loop(frame: Any) -> bool:
+    """Whether a break at the instruction ``frame`` (a translator) stands at, or at the
+    call of it in any of its callers, is in a loop (TorchDynamo's own test)."""
+    while frame is not None:
+        try:
+            if frame.maybe_has_backedge():
+                return True
+        except (AttributeError, AssertionError, TypeError):
+            return True  # not known: a break there might give the frame up anyway
+        frame = getattr(frame, "parent", None)
+    return False
+
+
+def keep_first_break_if_frame_given_up(root: Any, error: BaseException) -> None:
+    """Called with the error that ends the tracing of the frame ``root``: where it is
+    TorchDynamo giving the frame up for a break in a loop, restart the analysis, the
+    first site opened outside loops keeping its break (not under ``fullgraph=True``,
+    where the break fails the compile either way)."""
+    if not _gives_frame_up_for_loop(error):
+        return
+    for site in getattr(getattr(root, "output", None), _OPENED_OUTSIDE_LOOPS, ()):
+        if not site.one_graph and site.kept_break() is None:
+            site.keep_break(
+                "a graph break in a loop later in the frame gives the frame up, where "
+                "plain compile, breaking here first, compiles the code before it"
+            )
+            return
+
+
+def _gives_frame_up_for_loop(error: BaseException) -> bool:
+    """Whether ``error`` is TorchDynamo skipping a frame for a graph break in a loop
+    (torch 2.13: ``Unsupported`` "graph break in loop"; torch 2.5: ``SkipFrame``)."""
+    if getattr(error, "gb_type", None) == "graph break in loop":
+        return True
+    return type(error).__name__ == "SkipFrame" and "graph break in a for/while loop" in str(error)

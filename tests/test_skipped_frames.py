@@ -1,0 +1,97 @@
+"""A break GraphMend removes before a break in a loop: the frame breaks where plain's does.
+
+TorchDynamo gives a whole frame up (it runs in Python, its callees compiled one by
+one) when a graph break comes inside a loop; plain compile, breaking first at an
+output call or a branch before the loop, compiles the code before it as one graph.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.graphs import compile_and_run
+
+LOGGED_BEFORE_A_LOOP = """
+import logging
+import torch
+
+logger = logging.getLogger("gm_skipped_frames")
+
+def embed(x):
+    return x * 2 + 1
+
+def position(x):
+    return x.cumsum(0)
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    logger.warning("use_cache is ignored")
+    for _ in range(2):
+        h = h.sin()
+        torch._dynamo.graph_break()
+    return h
+"""
+
+BRANCH_BEFORE_A_LOOP = """
+import torch
+
+def embed(x):
+    return x * 2 + 1
+
+def position(x):
+    return x.cumsum(0)
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    if h.sum() > 0:
+        h = h.abs()
+    for _ in range(2):
+        h = h.sin()
+        torch._dynamo.graph_break()
+    return h
+"""
+
+PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
+import torch
+
+def forward(x):
+    print("reshaping")
+    return x.reshape(3, -1)
+"""
+
+
+def _same_graphs_and_result(load_both, source: str) -> None:
+    plain, mended = load_both(source)
+    x = torch.arange(6.0) - 2
+    want = compile_and_run(plain.forward, x)
+    got = compile_and_run(mended.forward, x)
+    assert torch.equal(got.result, want.result)
+    assert got.graphs <= want.graphs, (got, want)
+    assert got.breaks <= want.breaks, (got, want)
+
+
+def test_a_deferred_call_before_a_break_in_a_loop_keeps_its_break(load_both, caplog):
+    # deferred, the log call left the loop's break first: the frame was given up and
+    # embed and position compiled as two graphs, where plain compiles one before the call
+    _same_graphs_and_result(load_both, LOGGED_BEFORE_A_LOOP)
+    assert [r.getMessage() for r in caplog.records].count("use_cache is ignored") == 2
+
+
+def test_a_merged_branch_before_a_break_in_a_loop_keeps_its_break(load_both):
+    _same_graphs_and_result(load_both, BRANCH_BEFORE_A_LOOP)
+
+
+def test_a_call_of_no_values_keeps_its_break_before_a_failed_trace(load_both, capsys):
+    # a deferred call of no values ignored the decision to keep its break: the text
+    # plain prints before the compile fails was lost with the trace
+    plain, mended = load_both(PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE)
+    outcomes = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        try:
+            torch.compile(module.forward, backend="eager")(torch.ones(8))
+        except Exception as error:  # the same failure in both
+            outcomes.append((type(error).__name__, capsys.readouterr().out))
+    assert outcomes[0] == outcomes[1] == ("TorchRuntimeError", "reshaping\n")
