@@ -11,7 +11,9 @@ import torch
 
 from helpers.graphs import compile_and_run
 
-LOGGED_BEFORE_A_LOOP = """
+#: A frame that calls two functions before its first break, then breaks in a loop;
+#: ``{before}`` is the statement that breaks the graph first in plain compile.
+BEFORE_A_LOOP = """
 import logging
 import torch
 
@@ -26,32 +28,14 @@ def position(x):
 def forward(x):
     h = embed(x)
     h = h + position(x)
-    logger.warning("use_cache is ignored")
+{before}
     for _ in range(2):
         h = h.sin()
         torch._dynamo.graph_break()
     return h
 """
-
-BRANCH_BEFORE_A_LOOP = """
-import torch
-
-def embed(x):
-    return x * 2 + 1
-
-def position(x):
-    return x.cumsum(0)
-
-def forward(x):
-    h = embed(x)
-    h = h + position(x)
-    if h.sum() > 0:
-        h = h.abs()
-    for _ in range(2):
-        h = h.sin()
-        torch._dynamo.graph_break()
-    return h
-"""
+LOGGED_BEFORE_A_LOOP = BEFORE_A_LOOP.format(before='    logger.warning("use_cache is ignored")')
+BRANCH_BEFORE_A_LOOP = BEFORE_A_LOOP.format(before="    if h.sum() > 0:\n        h = h.abs()")
 
 PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
 import torch
