@@ -1,4 +1,4 @@
-"""Keeping the first break of a frame that TorchDynamo would skip for a break in a loop.
+"""Keeping the first break of a frame that TorchDynamo would skip for a later break.
 
 TorchDynamo cannot resume a frame after a graph break inside a ``for`` or ``while``
 loop: it gives the whole frame up ("graph break in a for/while loop"), the frame runs
@@ -13,7 +13,8 @@ becomes graphs of the functions it calls (NLLB-MoE's decoder with gradient
 checkpointing: 6 graphs where plain compiles 5).  So when the tracing of a frame ends
 that way, the analysis restarts with the first site opened outside any loop keeping
 its break (:meth:`attempts.Site.keep_break`): the frame breaks where plain compile
-breaks, and the rest of it is traced as plain compile traces it.
+breaks, and the rest of it is traced as plain compile traces it.  torch 2.13 gives
+a frame up in the same way for a break inside a generator it inlines (``next(gen)``).
 """
 
 from __future__ import annotations
@@ -53,23 +54,25 @@ def _in_a_loop(frame: Any) -> bool:
 
 def keep_first_break_if_frame_given_up(root: Any, error: BaseException) -> None:
     """Called with the error that ends the tracing of the frame ``root``: where it is
-    TorchDynamo giving the frame up for a break in a loop, restart the analysis, the
-    first site opened outside loops keeping its break (not under ``fullgraph=True``,
-    where the break fails the compile either way)."""
-    if not _gives_frame_up_for_loop(error):
+    TorchDynamo giving the whole frame up, restart the analysis, the first site opened
+    outside loops keeping its break (not under ``fullgraph=True``, where the break
+    fails the compile either way)."""
+    if not _gives_frame_up(error):
         return
     for site in getattr(getattr(root, "output", None), _OPENED_OUTSIDE_LOOPS, ()):
         if not site.one_graph and site.kept_break() is None:
             site.keep_break(
-                "a graph break in a loop later in the frame gives the frame up, where "
-                "plain compile, breaking here first, compiles the code before it"
+                "a graph break later in the frame gives the frame up, where plain "
+                "compile, breaking here first, compiles the code before it"
             )
             return
 
 
-def _gives_frame_up_for_loop(error: BaseException) -> bool:
-    """Whether ``error`` is TorchDynamo skipping a frame for a graph break in a loop
-    (torch 2.13: ``Unsupported`` "graph break in loop"; torch 2.5: ``SkipFrame``)."""
-    if getattr(error, "gb_type", None) == "graph break in loop":
+def _gives_frame_up(error: BaseException) -> bool:
+    """Whether ``error`` is TorchDynamo skipping the whole frame for a graph break it
+    cannot resume after (torch 2.13: an ``Unsupported`` marked ``skip_frame``, for a
+    break in a loop or in a generator's ``next()``; torch 2.5: ``SkipFrame`` for a
+    break in a loop)."""
+    if getattr(error, "skip_frame", False):
         return True
     return type(error).__name__ == "SkipFrame" and "graph break in a for/while loop" in str(error)
