@@ -73,6 +73,31 @@ def forward(x):
     return h + next(shifted(h))
 """
 
+PRINTED_IN_A_LOOP_OF_A_CALLEE_BEFORE_A_BREAK_IN_A_LOOP = """
+import torch
+
+def embed(x):
+    return x * 2 + 1
+
+def position(x):
+    return x.cumsum(0)
+
+def shift(h):
+    for i in range(2):
+        print("shift", i)
+        h = h + 1
+    return h
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    h = shift(h)
+    for _ in range(2):
+        h = h.sin()
+        torch._dynamo.graph_break()
+    return h
+"""
+
 PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
 import torch
 
@@ -108,6 +133,34 @@ def test_a_deferred_call_before_a_break_in_a_generator_keeps_its_break(load_both
     # loop: deferred, the print left it first, and embed and position became two graphs
     _same_graphs_and_result(load_both, PRINTED_BEFORE_A_BREAK_IN_A_GENERATOR)
     assert capsys.readouterr().out == "start\n" * 2
+
+
+def test_a_site_in_a_loop_of_an_inlined_function_keeps_its_break(load_both, capsys):
+    # a break in a function TorchDynamo inlines breaks the graph at the call of it, in
+    # no loop of the frame: the site's loop was taken to give the frame up all the same,
+    # and embed and position became graphs of their own where plain compiles one
+    plain, mended = load_both(PRINTED_IN_A_LOOP_OF_A_CALLEE_BEFORE_A_BREAK_IN_A_LOOP)
+    x = torch.arange(6.0) - 2
+    want, got = _operations_per_graph(plain.forward, x), _operations_per_graph(mended.forward, x)
+    # plain compile's one graph, then shift's: plain runs it eagerly (the print's
+    # break is in its loop), GraphMend compiles it
+    assert (want, got) == ([4], [4, 2])
+    assert capsys.readouterr().out == "shift 0\nshift 1\n" * 2
+
+
+def _operations_per_graph(function, *args) -> list[int]:
+    """The operations of each graph ``torch.compile`` makes of ``function`` called once."""
+    torch._dynamo.reset()
+    graphs = []
+
+    def count(module: torch.fx.GraphModule, example_inputs: list) -> object:
+        graphs.append(
+            sum(node.op in ("call_function", "call_method") for node in module.graph.nodes)
+        )
+        return module.forward
+
+    torch.compile(function, backend=count)(*args)
+    return graphs
 
 
 def test_a_call_of_no_values_keeps_its_break_before_a_failed_trace(load_both, capsys):

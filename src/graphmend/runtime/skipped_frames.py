@@ -40,16 +40,19 @@ def note_opened(output: Any, user_frame: Any, site: Any) -> None:
 
 
 def _in_a_loop(frame: Any) -> bool:
-    """Whether a break at the instruction ``frame`` (a translator) stands at, or at the
-    call of it in any of its callers, is in a loop (TorchDynamo's own test)."""
-    while frame is not None:
-        try:
-            if frame.maybe_has_backedge():
-                return True
-        except (AttributeError, AssertionError, TypeError):
-            return True  # not known: a break there might give the frame up anyway
-        frame = getattr(frame, "parent", None)
-    return False
+    """Whether a break at the instruction ``frame`` (a translator) stands at would give
+    the whole frame up all the same.  A break in a function TorchDynamo inlines breaks
+    the graph at the call of it in the frame being compiled, whose loops alone count
+    (TorchDynamo's own test, made on that frame): a loop of the inlined function only
+    makes its own frame, compiled after the break, given up."""
+    while getattr(frame, "parent", None) is not None:
+        frame = frame.parent
+    if frame is None:
+        return False
+    try:
+        return bool(frame.maybe_has_backedge())
+    except (AttributeError, AssertionError, TypeError):
+        return True  # not known: a break there might give the frame up anyway
 
 
 def keep_first_break_if_frame_given_up(root: Any, error: BaseException) -> None:
