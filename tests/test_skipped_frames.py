@@ -98,6 +98,30 @@ def forward(x):
     return h
 """
 
+PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP = """
+import torch
+
+def embed(x):
+    return x * 2 + 1
+
+def position(x):
+    return x.cumsum(0)
+
+def step(t):
+    print("step")
+    return t + 1
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    hs = [step(t) for t in (h, h * 2)]
+    h = hs[0] + hs[1]
+    for _ in range(2):
+        h = h.sin()
+        torch._dynamo.graph_break()
+    return h
+"""
+
 PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
 import torch
 
@@ -146,6 +170,13 @@ def test_a_site_in_a_loop_of_an_inlined_function_keeps_its_break(load_both, caps
     # break is in its loop), GraphMend compiles it
     assert (want, got) == ([4], [4, 2])
     assert capsys.readouterr().out == "shift 0\nshift 1\n" * 2
+
+
+def test_a_site_in_a_comprehension_keeps_its_break_before_a_break_in_a_loop(load_both, capsys):
+    # the comprehension's loop (a function of its own, inlined) was taken to give the
+    # frame up all the same: embed and position became graphs of their own
+    _same_graphs_and_result(load_both, PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP)
+    assert capsys.readouterr().out == "step\n" * 4
 
 
 def _operations_per_graph(function, *args) -> list[int]:
