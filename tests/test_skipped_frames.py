@@ -7,6 +7,7 @@ output call or a branch before the loop, compiles the code before it as one grap
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from helpers.graphs import compile_and_run
@@ -122,6 +123,38 @@ def forward(x):
     return h
 """
 
+MERGED_BEFORE_A_FAILED_TRACE = """
+import torch
+
+def forward(x, out):
+    out.add_(1)
+    if x.sum() > 0:
+        x = x.abs()
+    return x.reshape(3, -1)
+"""
+
+CONTINUED_BEFORE_A_FAILED_TRACE = """
+import torch
+
+def forward(x, out):
+    out.add_(1)
+    if x.sum() > 0:
+        return x
+    x = x * 2
+    return x.reshape(3, -1)
+"""
+
+MERGED_IN_A_LOOP_BEFORE_A_FAILED_TRACE = """
+import torch
+
+def forward(x, out):
+    for _ in range(2):
+        out.add_(1)
+        if x.sum() > 0:
+            x = x.abs()
+    return x.reshape(3, -1)
+"""
+
 PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
 import torch
 
@@ -192,6 +225,30 @@ def _operations_per_graph(function, *args) -> list[int]:
 
     torch.compile(function, backend=count)(*args)
     return graphs
+
+
+@pytest.mark.parametrize(
+    ("source", "updates"),
+    [
+        (MERGED_BEFORE_A_FAILED_TRACE, 1),
+        (CONTINUED_BEFORE_A_FAILED_TRACE, 1),
+        # plain's break in the loop gives the frame up: it runs in Python, and raises
+        # the eager error, where GraphMend's failed compile raised TorchRuntimeError
+        (MERGED_IN_A_LOOP_BEFORE_A_FAILED_TRACE, 2),
+    ],
+)
+def test_a_site_before_a_failed_trace_keeps_its_break(load_both, source, updates):
+    # plain compile breaks at the if: the graph before it runs (updating `out`) before
+    # the tracing of the rest fails; merged, the one trace failed before anything ran
+    outcomes = []
+    for module in load_both(source):
+        torch._dynamo.reset()
+        out = torch.zeros(2)
+        with pytest.raises(RuntimeError) as raised:
+            torch.compile(module.forward, backend="eager")(torch.arange(8.0) - 20, out)
+        outcomes.append((type(raised.value).__name__, out.tolist()))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0][1] == [updates] * 2
 
 
 def test_a_call_of_no_values_keeps_its_break_before_a_failed_trace(load_both, capsys):
