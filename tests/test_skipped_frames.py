@@ -231,6 +231,7 @@ def _operations_per_graph(function, *args) -> list[int]:
     ("source", "updates"),
     [
         (MERGED_BEFORE_A_FAILED_TRACE, 1),
+        # (the rest fails inside the continuation's own attempt, which keeps the break)
         (CONTINUED_BEFORE_A_FAILED_TRACE, 1),
         # plain's break in the loop gives the frame up: it runs in Python, and raises
         # the eager error, where GraphMend's failed compile raised TorchRuntimeError
