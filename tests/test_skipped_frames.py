@@ -1,8 +1,11 @@
 """A break GraphMend removes before a break in a loop: the frame breaks where plain's does.
 
 TorchDynamo gives a whole frame up (it runs in Python, its callees compiled one by
-one) when a graph break comes inside a loop; plain compile, breaking first at an
-output call or a branch before the loop, compiles the code before it as one graph.
+one) when a graph break comes inside a loop (or, on torch 2.13, inside a generator it
+inlines); plain compile, breaking first at an output call or a branch before the loop,
+compiles the code before it as one graph.  Likewise where the tracing fails after a
+site: plain compile ran the graph before its break, or gave a frame up whose break
+was in a loop.
 """
 
 from __future__ import annotations
