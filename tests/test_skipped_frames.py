@@ -1,12 +1,16 @@
 """A break GraphMend removes before a break in a loop: the frame breaks where plain's does.
 
 TorchDynamo gives a whole frame up (it runs in Python, its callees compiled one by
-one) when a graph break comes inside a loop; plain compile, breaking first at an
-output call or a branch before the loop, compiles the code before it as one graph.
+one) when a graph break comes inside a loop (or, on torch 2.13, inside a generator it
+inlines); plain compile, breaking first at an output call or a branch before the loop,
+compiles the code before it as one graph.  Likewise where the tracing fails after a
+site: plain compile ran the graph before its break, or gave a frame up whose break
+was in a loop.
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from helpers.graphs import compile_and_run
@@ -37,6 +41,107 @@ def forward(x):
 LOGGED_BEFORE_A_LOOP = BEFORE_A_LOOP.format(before='    logger.warning("use_cache is ignored")')
 BRANCH_BEFORE_A_LOOP = BEFORE_A_LOOP.format(before="    if h.sum() > 0:\n        h = h.abs()")
 
+PRINTED_BEFORE_A_BREAK_IN_A_GENERATOR = """
+import torch
+
+def embed(x):
+    return x * 2 + 1
+
+def position(x):
+    return x.cumsum(0)
+
+def shifted(h):
+    torch._dynamo.graph_break()
+    yield h + 1
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    print("start")
+    return h + next(shifted(h))
+"""
+
+PRINTED_IN_A_LOOP_OF_A_CALLEE_BEFORE_A_BREAK_IN_A_LOOP = """
+import torch
+
+def embed(x):
+    return x * 2 + 1
+
+def position(x):
+    return x.cumsum(0)
+
+def shift(h):
+    for i in range(2):
+        print("shift", i)
+        h = h + 1
+    return h
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    h = shift(h)
+    for _ in range(2):
+        h = h.sin()
+        torch._dynamo.graph_break()
+    return h
+"""
+
+PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP = """
+import torch
+
+def embed(x):
+    return x * 2 + 1
+
+def position(x):
+    return x.cumsum(0)
+
+def step(t):
+    print("step")
+    return t + 1
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    hs = [step(t) for t in (h, h * 2)]
+    h = hs[0] + hs[1]
+    for _ in range(2):
+        h = h.sin()
+        torch._dynamo.graph_break()
+    return h
+"""
+
+MERGED_BEFORE_A_FAILED_TRACE = """
+import torch
+
+def forward(x, out):
+    out.add_(1)
+    if x.sum() > 0:
+        x = x.abs()
+    return x.reshape(3, -1)
+"""
+
+CONTINUED_BEFORE_A_FAILED_TRACE = """
+import torch
+
+def forward(x, out):
+    out.add_(1)
+    if x.sum() > 0:
+        return x
+    x = x * 2
+    return x.reshape(3, -1)
+"""
+
+MERGED_IN_A_LOOP_BEFORE_A_FAILED_TRACE = """
+import torch
+
+def forward(x, out):
+    for _ in range(2):
+        out.add_(1)
+        if x.sum() > 0:
+            x = x.abs()
+    return x.reshape(3, -1)
+"""
+
 PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
 import torch
 
@@ -65,6 +170,73 @@ def test_a_deferred_call_before_a_break_in_a_loop_keeps_its_break(load_both, cap
 
 def test_a_merged_branch_before_a_break_in_a_loop_keeps_its_break(load_both):
     _same_graphs_and_result(load_both, BRANCH_BEFORE_A_LOOP)
+
+
+def test_a_deferred_call_before_a_break_in_a_generator_keeps_its_break(load_both, capsys):
+    # torch 2.13 gives a frame up for a break in a generator's next(), as for one in a
+    # loop: deferred, the print left it first, and embed and position became two graphs
+    _same_graphs_and_result(load_both, PRINTED_BEFORE_A_BREAK_IN_A_GENERATOR)
+    assert capsys.readouterr().out == "start\n" * 2
+
+
+def test_a_site_in_a_loop_of_an_inlined_function_keeps_its_break(load_both, capsys):
+    # a break in a function TorchDynamo inlines breaks the graph at the call of it, in
+    # no loop of the frame: the site's loop was taken to give the frame up all the same,
+    # and embed and position became graphs of their own where plain compiles one
+    plain, mended = load_both(PRINTED_IN_A_LOOP_OF_A_CALLEE_BEFORE_A_BREAK_IN_A_LOOP)
+    x = torch.arange(6.0) - 2
+    want, got = _operations_per_graph(plain.forward, x), _operations_per_graph(mended.forward, x)
+    # plain compile's one graph, then shift's: plain runs it eagerly (the print's
+    # break is in its loop), GraphMend compiles it
+    assert (want, got) == ([4], [4, 2])
+    assert capsys.readouterr().out == "shift 0\nshift 1\n" * 2
+
+
+def test_a_site_in_a_comprehension_keeps_its_break_before_a_break_in_a_loop(load_both, capsys):
+    # the comprehension's loop (a function of its own, inlined) was taken to give the
+    # frame up all the same: embed and position became graphs of their own
+    _same_graphs_and_result(load_both, PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP)
+    assert capsys.readouterr().out == "step\n" * 4
+
+
+def _operations_per_graph(function, *args) -> list[int]:
+    """The operations of each graph ``torch.compile`` makes of ``function`` called once."""
+    torch._dynamo.reset()
+    graphs = []
+
+    def count(module: torch.fx.GraphModule, example_inputs: list) -> object:
+        graphs.append(
+            sum(node.op in ("call_function", "call_method") for node in module.graph.nodes)
+        )
+        return module.forward
+
+    torch.compile(function, backend=count)(*args)
+    return graphs
+
+
+@pytest.mark.parametrize(
+    ("source", "updates"),
+    [
+        (MERGED_BEFORE_A_FAILED_TRACE, 1),
+        # (the rest fails inside the continuation's own attempt, which keeps the break)
+        (CONTINUED_BEFORE_A_FAILED_TRACE, 1),
+        # plain's break in the loop gives the frame up: it runs in Python, and raises
+        # the eager error, where GraphMend's failed compile raised TorchRuntimeError
+        (MERGED_IN_A_LOOP_BEFORE_A_FAILED_TRACE, 2),
+    ],
+)
+def test_a_site_before_a_failed_trace_keeps_its_break(load_both, source, updates):
+    # plain compile breaks at the if: the graph before it runs (updating `out`) before
+    # the tracing of the rest fails; merged, the one trace failed before anything ran
+    outcomes = []
+    for module in load_both(source):
+        torch._dynamo.reset()
+        out = torch.zeros(2)
+        with pytest.raises(RuntimeError) as raised:
+            torch.compile(module.forward, backend="eager")(torch.arange(8.0) - 20, out)
+        outcomes.append((type(raised.value).__name__, out.tolist()))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0][1] == [updates] * 2
 
 
 def test_a_call_of_no_values_keeps_its_break_before_a_failed_trace(load_both, capsys):

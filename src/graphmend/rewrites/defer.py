@@ -402,7 +402,7 @@ class _Plan:
                 if value.consumed_at_call
             ]
             checks.append(runtime_call("keyable", *passed))
-        # last: it notes the call as deferred (see deferral.keep_break_before_failed_trace)
+        # last: only a call the other checks let wait opens its site (see runtime.skipped_frames)
         checks.append(runtime_call("defers_here", *[load(name) for name in names]))
         check = ast.BoolOp(op=ast.And(), values=checks)
         statements.append(ast.Assign(targets=[store(carried)], value=check))

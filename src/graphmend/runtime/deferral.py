@@ -39,7 +39,7 @@ from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
-from graphmend.runtime.skipped_frames import keep_first_break_if_frame_given_up
+from graphmend.runtime.skipped_frames import keep_first_break_if_frame_lost
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
 
@@ -49,8 +49,6 @@ _deferred_functions: list[Callable[..., None]] = []
 _enabled = False
 
 _INT64 = (-(2**63), 2**63)
-#: The attribute of the ``OutputGraph`` being traced that lists the sites deferred in it.
-_DEFERRED_SITES = "graphmend_deferred_sites"
 _SEQUENCES: dict[type, str] = {tuple: "tuple", list: "list", torch.Size: "size"}
 #: Filled from TorchDynamo's own list once it is imported (see _learn_constant_types).
 _CONSTANT_TYPES: dict[type, None] = dict.fromkeys((int, float, bool, str, type(None)))
@@ -225,7 +223,7 @@ def defers_here(*values: Any) -> bool:
     breaks, the end of the frame), is an operation.  Where the graph holds no operation
     yet (and a break can split it: not under ``fullgraph=True``), it is checked before
     it is compiled: if it holds nothing but copies, the analysis restarts with the call
-    keeping its break.  See also :func:`keep_break_before_failed_trace`."""
+    keeping its break.  See also :mod:`graphmend.runtime.skipped_frames`."""
     return _may_defer(any(_copied_in_the_graph(value) for value in values))
 
 
@@ -244,7 +242,6 @@ def _may_defer(copies: bool) -> bool:
         return False
     if copies:
         ask_tracer(_check_more_than_copies, None)
-    ask_tracer(_note_deferred, None)
     return True
 
 
@@ -280,19 +277,6 @@ def _is_copy(node: Any) -> bool:
     return node.op == "call_function" and node.target is torch.scalar_tensor
 
 
-def _note_deferred(tracer: Any) -> None:
-    """Asked while TorchDynamo traces :func:`_may_defer`: list the site it opened on the
-    graph being traced, for :func:`keep_break_before_failed_trace`."""
-    site = opened_site(tracer)
-    if site is None:
-        return
-    sites = getattr(tracer.output, _DEFERRED_SITES, None)
-    if sites is None:
-        sites = []
-        setattr(tracer.output, _DEFERRED_SITES, sites)
-    sites.append(site)
-
-
 def _copied_in_the_graph(value: Any) -> bool:
     """Whether :func:`capture` of ``value`` puts an operation into the graph."""
     if isinstance(value, torch.Tensor):
@@ -302,29 +286,6 @@ def _copied_in_the_graph(value: Any) -> bool:
     if type(value) in _SEQUENCES:
         return any(_copied_in_the_graph(item) for item in value)
     return False
-
-
-def keep_break_before_failed_trace(root: Any, error: BaseException) -> None:
-    """Called with the error that ends the tracing of the frame ``root`` (its translator)
-    and will reach the caller (a shape mismatch found on fake tensors, an index out of
-    range): restart the analysis, the first call deferred in it keeping its break.
-
-    Deferred calls run after the graph, and there is no graph: the output, which the
-    original makes before the error (it broke the graph at the call), never appeared.
-    Kept, the call breaks the graph and runs, and the error is raised by the tracing of
-    the rest, as without GraphMend.  Not under ``fullgraph=True``, where the break would
-    fail the compile all the same, before the output."""
-    from torch._dynamo import exc
-
-    if isinstance(error, exc.RestartAnalysis | exc.SkipFrame | exc.Unsupported):
-        return  # TorchDynamo's own control flow, or a break it handles
-    for site in getattr(getattr(root, "output", None), _DEFERRED_SITES, ()):
-        if not site.one_graph and site.kept_break() is None:
-            site.keep_break(
-                f"tracing failed after it ({type(error).__name__}): the output must appear "
-                "before the error"
-            )
-            return
 
 
 def _graph_holds_an_operation(tracer: Any) -> bool:
@@ -530,8 +491,7 @@ def _enable(_dynamo: object = None) -> None:
         # Unregistered, a generated function is an ordinary function that makes
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
-    dynamo_support.on_failed_trace(keep_break_before_failed_trace)
-    dynamo_support.on_failed_trace(keep_first_break_if_frame_given_up)
+    dynamo_support.on_failed_trace(keep_first_break_if_frame_lost)
     _enabled = True
     # what the generated functions call, and what render calls (under dynamic=True a
     # float TorchDynamo made symbolic made a graph of a helper's own frame)

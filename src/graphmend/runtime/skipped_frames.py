@@ -1,4 +1,4 @@
-"""Keeping the first break of a frame that TorchDynamo would skip for a break in a loop.
+"""Keeping the first break of a frame whose tracing ends where plain compile's would not.
 
 TorchDynamo cannot resume a frame after a graph break inside a ``for`` or ``while``
 loop: it gives the whole frame up ("graph break in a for/while loop"), the frame runs
@@ -13,63 +13,96 @@ becomes graphs of the functions it calls (NLLB-MoE's decoder with gradient
 checkpointing: 6 graphs where plain compiles 5).  So when the tracing of a frame ends
 that way, the analysis restarts with the first site opened outside any loop keeping
 its break (:meth:`attempts.Site.keep_break`): the frame breaks where plain compile
-breaks, and the rest of it is traced as plain compile traces it.
+breaks, and the rest of it is traced as plain compile traces it.  torch 2.13 gives
+a frame up in the same way for a break inside a generator it inlines (``next(gen)``).
+
+The same holds where the tracing fails (a shape mismatch found on fake tensors, an
+index out of range): plain compile, breaking at the first site, ran the graph before
+it (its in-place updates of the caller's tensors, its output) before the tracing of
+the rest failed, or, the site in a loop, gave the frame up and raised the eager error;
+GraphMend's one trace failed before anything ran.  There the first site opened keeps
+its break, in a loop or not.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: The attribute of the ``OutputGraph`` being traced that lists the sites opened
-#: outside any loop, in the order they were opened.
-_OPENED_OUTSIDE_LOOPS = "graphmend_sites_outside_loops"
+#: The attribute of the ``OutputGraph`` being traced that lists the sites opened, in
+#: the order they were opened, each with whether it stands outside any loop.
+_OPENED_SITES = "graphmend_opened_sites"
 
 
 def note_opened(output: Any, user_frame: Any, site: Any) -> None:
     """Record ``site``, opened in ``user_frame`` (the user's function's translator), on
-    the graph ``output`` traces, unless a loop around it would make a break there give
-    the whole frame up all the same."""
-    if _in_a_loop(user_frame):
-        return
-    sites = getattr(output, _OPENED_OUTSIDE_LOOPS, None)
+    the graph ``output`` traces, with whether a loop around it would make a break there
+    give the whole frame up all the same."""
+    sites = getattr(output, _OPENED_SITES, None)
     if sites is None:
         sites = []
-        setattr(output, _OPENED_OUTSIDE_LOOPS, sites)
-    sites.append(site)
+        setattr(output, _OPENED_SITES, sites)
+    sites.append((site, not _in_a_loop(user_frame)))
 
 
 def _in_a_loop(frame: Any) -> bool:
-    """Whether a break at the instruction ``frame`` (a translator) stands at, or at the
-    call of it in any of its callers, is in a loop (TorchDynamo's own test)."""
-    while frame is not None:
-        try:
-            if frame.maybe_has_backedge():
-                return True
-        except (AttributeError, AssertionError, TypeError):
-            return True  # not known: a break there might give the frame up anyway
-        frame = getattr(frame, "parent", None)
-    return False
+    """Whether a break at the instruction ``frame`` (a translator) stands at would give
+    the whole frame up all the same.  A break in a function TorchDynamo inlines breaks
+    the graph at the call of it in the frame being compiled, whose loops alone count
+    (TorchDynamo's own test, made on that frame): a loop of the inlined function only
+    makes its own frame, compiled after the break, given up."""
+    while getattr(frame, "parent", None) is not None:
+        frame = frame.parent
+    if frame is None:
+        return False
+    try:
+        return bool(frame.maybe_has_backedge())
+    except (AttributeError, AssertionError, TypeError):
+        return True  # not known: a break there might give the frame up anyway
 
 
-def keep_first_break_if_frame_given_up(root: Any, error: BaseException) -> None:
+def keep_first_break_if_frame_lost(root: Any, error: BaseException) -> None:
     """Called with the error that ends the tracing of the frame ``root``: where it is
-    TorchDynamo giving the frame up for a break in a loop, restart the analysis, the
-    first site opened outside loops keeping its break (not under ``fullgraph=True``,
-    where the break fails the compile either way)."""
-    if not _gives_frame_up_for_loop(error):
+    TorchDynamo giving the whole frame up, restart the analysis, the first site opened
+    outside loops keeping its break; where it fails the compile, the first site opened.
+    Not under ``fullgraph=True``, where the break fails the compile either way."""
+    if _gives_frame_up(error):
+        reason = (
+            "a graph break later in the frame gives the frame up, where plain compile, "
+            "breaking here first, compiles the code before it"
+        )
+        sites = [site for site, outside_loops in _opened(root) if outside_loops]
+    elif _fails_the_compile(error):
+        reason = (
+            f"tracing failed after it ({type(error).__name__}), where plain compile, "
+            "breaking here first, runs the code before it"
+        )
+        sites = [site for site, _ in _opened(root)]
+    else:
         return
-    for site in getattr(getattr(root, "output", None), _OPENED_OUTSIDE_LOOPS, ()):
+    for site in sites:
         if not site.one_graph and site.kept_break() is None:
-            site.keep_break(
-                "a graph break in a loop later in the frame gives the frame up, where "
-                "plain compile, breaking here first, compiles the code before it"
-            )
+            site.keep_break(reason)
             return
 
 
-def _gives_frame_up_for_loop(error: BaseException) -> bool:
-    """Whether ``error`` is TorchDynamo skipping a frame for a graph break in a loop
-    (torch 2.13: ``Unsupported`` "graph break in loop"; torch 2.5: ``SkipFrame``)."""
-    if getattr(error, "gb_type", None) == "graph break in loop":
+def _opened(root: Any) -> list[tuple[Any, bool]]:
+    """The sites opened on the graph the frame ``root`` traces (:func:`note_opened`)."""
+    return getattr(getattr(root, "output", None), _OPENED_SITES, [])
+
+
+def _fails_the_compile(error: BaseException) -> bool:
+    """Whether ``error`` fails the compile and reaches the caller: not TorchDynamo's own
+    control flow, nor a graph break it handles."""
+    from torch._dynamo import exc
+
+    return not isinstance(error, exc.RestartAnalysis | exc.SkipFrame | exc.Unsupported)
+
+
+def _gives_frame_up(error: BaseException) -> bool:
+    """Whether ``error`` is TorchDynamo skipping the whole frame for a graph break it
+    cannot resume after (torch 2.13: an ``Unsupported`` marked ``skip_frame``, for a
+    break in a loop or in a generator's ``next()``; torch 2.5: ``SkipFrame`` for a
+    break in a loop)."""
+    if getattr(error, "skip_frame", False):
         return True
     return type(error).__name__ == "SkipFrame" and "graph break in a for/while loop" in str(error)
