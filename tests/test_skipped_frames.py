@@ -15,9 +15,9 @@ import torch
 
 from helpers.graphs import compile_and_run
 
-#: A frame that calls two functions before its first break, then breaks in a loop;
-#: ``{before}`` is the statement that breaks the graph first in plain compile.
-BEFORE_A_LOOP = """
+#: The two functions each frame below calls before its first break: given up, the
+#: frame has them compiled as two graphs, where plain compile makes one of its code.
+PRELUDE = """
 import logging
 import torch
 
@@ -28,7 +28,13 @@ def embed(x):
 
 def position(x):
     return x.cumsum(0)
+"""
 
+#: A frame that calls the prelude's functions before its first break, then breaks in a
+#: loop; ``{before}`` is the statement that breaks the graph first in plain compile.
+BEFORE_A_LOOP = (
+    PRELUDE
+    + """
 def forward(x):
     h = embed(x)
     h = h + position(x)
@@ -38,18 +44,13 @@ def forward(x):
         torch._dynamo.graph_break()
     return h
 """
+)
 LOGGED_BEFORE_A_LOOP = BEFORE_A_LOOP.format(before='    logger.warning("use_cache is ignored")')
 BRANCH_BEFORE_A_LOOP = BEFORE_A_LOOP.format(before="    if h.sum() > 0:\n        h = h.abs()")
 
-PRINTED_BEFORE_A_BREAK_IN_A_GENERATOR = """
-import torch
-
-def embed(x):
-    return x * 2 + 1
-
-def position(x):
-    return x.cumsum(0)
-
+PRINTED_BEFORE_A_BREAK_IN_A_GENERATOR = (
+    PRELUDE
+    + """
 def shifted(h):
     torch._dynamo.graph_break()
     yield h + 1
@@ -60,16 +61,11 @@ def forward(x):
     print("start")
     return h + next(shifted(h))
 """
+)
 
-PRINTED_IN_A_LOOP_OF_A_CALLEE_BEFORE_A_BREAK_IN_A_LOOP = """
-import torch
-
-def embed(x):
-    return x * 2 + 1
-
-def position(x):
-    return x.cumsum(0)
-
+PRINTED_IN_A_LOOP_OF_A_CALLEE_BEFORE_A_BREAK_IN_A_LOOP = (
+    PRELUDE
+    + """
 def shift(h):
     for i in range(2):
         print("shift", i)
@@ -85,16 +81,11 @@ def forward(x):
         torch._dynamo.graph_break()
     return h
 """
+)
 
-PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP = """
-import torch
-
-def embed(x):
-    return x * 2 + 1
-
-def position(x):
-    return x.cumsum(0)
-
+PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP = (
+    PRELUDE
+    + """
 def step(t):
     print("step")
     return t + 1
@@ -109,6 +100,7 @@ def forward(x):
         torch._dynamo.graph_break()
     return h
 """
+)
 
 MERGED_BEFORE_A_FAILED_TRACE = """
 import torch
