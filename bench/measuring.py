@@ -47,7 +47,9 @@ def cast(inputs: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch
 
 # -- errors, stacks, outputs -----------------------------------------------------------------
 
-_WRAPPERS = ("Encountered graph break", "Failed to handle graph break")
+#: First lines that only wrap the message below them (a ``BackendCompilerFailed``'s names
+#: the backend object, at an address that differs from run to run).
+_WRAPPERS = ("Encountered graph break", "Failed to handle graph break", "backend=")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _AT = re.compile(r"in user code at (.+):(\d+)$", re.MULTILINE)
 
