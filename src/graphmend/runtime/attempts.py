@@ -37,7 +37,7 @@ import torch
 
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.cond_layout import tensor_versions
-from graphmend.runtime.fallbacks import ON_DECLINE, record_at, user_frame
+from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 from graphmend.runtime.run_time_errors import raising_operation
 from graphmend.runtime.skipped_frames import note_opened
 from graphmend.runtime.transforms import transform_active
@@ -308,7 +308,7 @@ def _open(tracer: Any, rewrite_variable: Any) -> str | None:
         return kept
     caller = tracer.parent  # the site's runtime function, whose declines are recorded
     setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
-    note_opened(tracer.output, user_frame(caller), site)
+    note_opened(tracer.output, site)
     site.opened = attempt
     setattr(caller, _OPENED, site)
     setattr(tracer.output, _LAST_OPENED, site)

@@ -49,8 +49,6 @@ from graphmend.notices import warn
 TESTED = ((2, 5), (2, 13))
 
 _PATCHED = "_graphmend_shares_debug_locals"
-#: What :func:`on_failed_trace` calls, in order.
-_failed_trace_handlers: list[Callable[[Any, BaseException], None]] = []
 
 
 def torch_release(version: str) -> tuple[int, int] | None:
@@ -114,13 +112,10 @@ def never_compiled(function: Callable[..., Any]) -> None:
 def on_failed_trace(handler: Callable[[Any, BaseException], None]) -> None:
     """Call ``handler(translator, error)`` with the error that ends the tracing of a frame
     that owns a graph (``InstructionTranslator.run``), before it propagates; the handler
-    may raise TorchDynamo's ``RestartAnalysis`` instead.  Handlers are called in the
-    order they were added; ``InstructionTranslator.run`` is wrapped once, by the first,
-    with :func:`keep_inlined_deferred_calls` (tested releases only)."""
+    may raise TorchDynamo's ``RestartAnalysis`` instead.  Applied once, with
+    :func:`keep_inlined_deferred_calls` (tested releases only)."""
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
-    if handler not in _failed_trace_handlers:
-        _failed_trace_handlers.append(handler)
     original = InstructionTranslator.run
     if getattr(original, _PATCHED, False):
         return
@@ -130,8 +125,7 @@ def on_failed_trace(handler: Callable[[Any, BaseException], None]) -> None:
         try:
             original(self)
         except Exception as error:
-            for each in _failed_trace_handlers:
-                each(self, error)
+            handler(self, error)
             raise
 
     setattr(run, _PATCHED, True)

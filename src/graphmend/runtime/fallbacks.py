@@ -99,7 +99,8 @@ def _record(
 def record_at(tracer: Any, rewrite: str, reason: str) -> None:
     """Record a fallback at the user's line being traced, from a ``comptime`` hook given
     ``tracer``, the translator of a runtime function (:mod:`graphmend.runtime.asking`)."""
-    tracer = user_frame(tracer)
+    while tracer is not None and os.path.dirname(tracer.f_code.co_filename) == _RUNTIME_DIR:
+        tracer = getattr(tracer, "parent", None)
     if tracer is None:
         return
     code = tracer.f_code
@@ -109,14 +110,6 @@ def record_at(tracer: Any, rewrite: str, reason: str) -> None:
     if fallback not in _records:
         _records[fallback] = None
         _log(fallback)
-
-
-def user_frame(tracer: Any) -> Any:
-    """The translator of the user's function ``tracer`` (a runtime function's, or the
-    user's own) stands in: the first not of GraphMend's runtime, or ``None``."""
-    while tracer is not None and os.path.dirname(tracer.f_code.co_filename) == _RUNTIME_DIR:
-        tracer = getattr(tracer, "parent", None)
-    return tracer
 
 
 def resumes_after_break(name: str) -> bool:

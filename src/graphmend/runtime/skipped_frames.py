@@ -33,29 +33,24 @@ from typing import Any
 _OPENED_SITES = "graphmend_opened_sites"
 
 
-def note_opened(output: Any, user_frame: Any, site: Any) -> None:
-    """Record ``site``, opened in ``user_frame`` (the user's function's translator), on
-    the graph ``output`` traces, with whether a loop around it would make a break there
-    give the whole frame up all the same."""
+def note_opened(output: Any, site: Any) -> None:
+    """Record ``site``, opened now, on the graph ``output`` traces, with whether a loop
+    around it would make a break there give the whole frame up all the same."""
     sites = getattr(output, _OPENED_SITES, None)
     if sites is None:
         sites = []
         setattr(output, _OPENED_SITES, sites)
-    sites.append((site, not _in_a_loop(user_frame)))
+    sites.append((site, not _in_a_loop(output)))
 
 
-def _in_a_loop(frame: Any) -> bool:
-    """Whether a break at the instruction ``frame`` (a translator) stands at would give
-    the whole frame up all the same.  A break in a function TorchDynamo inlines breaks
-    the graph at the call of it in the frame being compiled, whose loops alone count
+def _in_a_loop(output: Any) -> bool:
+    """Whether a break where the frame ``output`` traces stands now would give the whole
+    frame up all the same.  A break in a function TorchDynamo inlines breaks the graph
+    at the call of it in the frame being compiled, whose loops alone count
     (TorchDynamo's own test, made on that frame): a loop of the inlined function only
     makes its own frame, compiled after the break, given up."""
-    while getattr(frame, "parent", None) is not None:
-        frame = frame.parent
-    if frame is None:
-        return False
     try:
-        return bool(frame.maybe_has_backedge())
+        return bool(output.root_tx.maybe_has_backedge())
     except (AttributeError, AssertionError, TypeError):
         return True  # not known: a break there might give the frame up anyway
 
