@@ -21,12 +21,13 @@ def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     new list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
     TorchDynamo holds as a constant (a symbolic one, ``x.shape[0] - 2``, would be
     pinned by the lookup: a graph for every size, where the original broke).  The
-    tensor must also be made in the graph being traced and not updated in place since
-    (its fake tensor's version): a property or an operator method (``self.touch``,
-    ``self + 1``) the rewrite cannot see may update it, as may code that ran after a
-    graph break.  Not on the ``meta`` device, whose items have no truth.  Only
-    where TorchDynamo runs :func:`mark_static_address` after the graph: the original
-    broke the graph before the code that calls it, which TorchDynamo refuses to trace."""
+    tensor must also be made in the graph being traced and not used since (updated in
+    place, or through ``self.flags.data``): a property or an operator method
+    (``self.touch``, ``self + 1``) the rewrite cannot see may update it, as may code
+    that ran after a graph break.  Not on the ``meta`` device, whose items have no
+    truth.  Only where TorchDynamo runs :func:`mark_static_address` after the graph:
+    the original broke the graph before the code that calls it, which TorchDynamo
+    refuses to trace."""
     if (
         tracing()
         and deferral.reordering()
@@ -88,13 +89,20 @@ def _constant_bools(_tracer: Any, values: Any) -> bool:
 def _made_here_untouched(_tracer: Any, made: Any) -> bool:
     """Asked while TorchDynamo traces :func:`_known`: whether ``made`` is the result of an
     operation of the graph being traced (not one of its inputs, made before a break)
-    whose fake tensor no in-place operation has updated."""
+    that no operation has used since.  Its fake tensor's version would not do alone:
+    ``made.data`` counts its in-place updates (``made.data[0] = False``) in a version
+    of its own, and TorchDynamo 2.5 does not run ``made[0] = False`` on the fake tensor."""
     try:
         node = made.as_proxy().node
     except (AttributeError, NotImplementedError):
         return False
     fake = node.meta.get("example_value")
-    return node.op == "call_function" and isinstance(fake, torch.Tensor) and fake._version == 0
+    return (
+        node.op == "call_function"
+        and isinstance(fake, torch.Tensor)
+        and fake._version == 0
+        and not node.users
+    )
 
 
 def mark_static_address(tensor: Any) -> None:
