@@ -83,6 +83,14 @@ def symbolic_index(x):
         y = y + 1
     return y
 
+def over_a_size(x):
+    flags = torch.tensor([True, False, True, False, True, False, True, False])
+    y = x
+    for i in range(x.shape[0]):
+        if flags[i]:
+            y = y + 1
+    return y
+
 class Touched:
     def __init__(self, through):
         self.flags = torch.tensor([True, False])
@@ -243,6 +251,21 @@ def test_symbolic_values_are_not_pinned(modules):
 def test_values_from_a_number_given_do_not_recompile_the_frame(modules):
     calls = [(torch.ones(2), k) for k in (2, 3)]
     _assert_no_more_graphs(*modules, "sizes_of_a_number_given", calls)
+
+
+def test_an_index_from_a_range_over_a_size_is_not_pinned(modules):
+    # range(x.shape[0]) pins the size, symbolic from the second size on: decided, the
+    # test compiled the frame again for every size (5 graphs, where plain compile gives
+    # the frame up at the break in its loop); now only the first size's, as in
+    # made_in_a_loop
+    plain, mended = modules
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(mended.over_a_size, backend=counter)
+    for size in range(3, 8):
+        x = torch.ones(size)
+        assert torch.equal(compiled(x), plain.over_a_size(x))
+    assert counter.frame_count == 1
 
 
 def _assert_no_more_graphs(plain, mended, name, calls) -> None:
