@@ -136,15 +136,21 @@ class Attempt:
         gives plain's graphs (see DESIGN.md §10)."""
         if self.shape_env is None:
             return None
-        for guard in self.shape_env.guards[self.guards :]:
-            expr = guard.expr
-            if (
-                isinstance(expr, sympy.Eq)
-                and any(side.is_number for side in expr.args)
-                and expr.free_symbols
-            ):
-                return str(expr)
-        return None
+        return pinned_size(self.shape_env.guards[self.guards :])
+
+
+def pinned_size(guards: Sequence[Any]) -> str | None:
+    """The first of ``guards`` (a shape environment's) that holds for one value of a
+    symbolic size (``Eq(<size expression>, <number>)``), or ``None``."""
+    for guard in guards:
+        expr = guard.expr
+        if (
+            isinstance(expr, sympy.Eq)
+            and any(side.is_number for side in expr.args)
+            and expr.free_symbols
+        ):
+            return str(expr)
+    return None
 
 
 def _value_of(source: Any, arguments: dict[str, Any]) -> Any:

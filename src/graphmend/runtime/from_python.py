@@ -9,7 +9,13 @@ import torch
 
 from graphmend.runtime import deferral
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.attempts import first_line, last_opened_site, on_trace_error, open_site
+from graphmend.runtime.attempts import (
+    first_line,
+    last_opened_site,
+    on_trace_error,
+    open_site,
+    pinned_size,
+)
 from graphmend.runtime.formatting import known_while_tracing
 from graphmend.runtime.tracing import tracing
 
@@ -21,12 +27,13 @@ def item_from_python(tensor: Any, index: Any, made: Any, values: Any) -> Any:
     new list or tuple, which nothing else holds), and ``index`` an ``int`` in range that
     TorchDynamo holds as a constant (a symbolic one, ``x.shape[0] - 2``, would be
     pinned by the lookup: a graph for every size, where the original broke).  The
-    tensor must also be made in the graph being traced and not updated in place since
-    (its fake tensor's version): a property or an operator method (``self.touch``,
-    ``self + 1``) the rewrite cannot see may update it, as may code that ran after a
-    graph break.  Not on the ``meta`` device, whose items have no truth.  Only
-    where TorchDynamo runs :func:`mark_static_address` after the graph: the original
-    broke the graph before the code that calls it, which TorchDynamo refuses to trace."""
+    tensor must also be made in the graph being traced and not used since (updated in
+    place, or through ``self.flags.data``): a property or an operator method
+    (``self.touch``, ``self + 1``) the rewrite cannot see may update it, as may code
+    that ran after a graph break.  Not on the ``meta`` device, whose items have no
+    truth.  Only where TorchDynamo runs :func:`mark_static_address` after the graph:
+    the original broke the graph before the code that calls it, which TorchDynamo
+    refuses to trace."""
     if (
         tracing()
         and deferral.reordering()
@@ -68,6 +75,7 @@ def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
         and type(index) is int
         and known_while_tracing(index)
         and -len(values) <= index < len(values)
+        and ask_tracer(_no_size_pinned, False)
     )
 
 
@@ -85,16 +93,33 @@ def _constant_bools(_tracer: Any, values: Any) -> bool:
         return False
 
 
+def _no_size_pinned(tracer: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`_known`: whether no guard of the trace so far
+    holds for one value of a symbolic size.  ``for i in range(x.shape[0])`` pins the
+    size (TorchDynamo runs a loop over a range of known length) and gives the index:
+    plain compile, whose break in the loop gives the frame up, keeps no such guard, and
+    with the test decided the frame would compile again for every size."""
+    shape_env = tracer.output.shape_env
+    return shape_env is None or pinned_size(shape_env.guards) is None
+
+
 def _made_here_untouched(_tracer: Any, made: Any) -> bool:
     """Asked while TorchDynamo traces :func:`_known`: whether ``made`` is the result of an
     operation of the graph being traced (not one of its inputs, made before a break)
-    whose fake tensor no in-place operation has updated."""
+    that no operation has used since.  Its fake tensor's version would not do alone:
+    ``made.data`` counts its in-place updates (``made.data[0] = False``) in a version
+    of its own, and TorchDynamo 2.5 does not run ``made[0] = False`` on the fake tensor."""
     try:
         node = made.as_proxy().node
     except (AttributeError, NotImplementedError):
         return False
     fake = node.meta.get("example_value")
-    return node.op == "call_function" and isinstance(fake, torch.Tensor) and fake._version == 0
+    return (
+        node.op == "call_function"
+        and isinstance(fake, torch.Tensor)
+        and fake._version == 0
+        and not node.users
+    )
 
 
 def mark_static_address(tensor: Any) -> None:
