@@ -122,6 +122,12 @@ def test_live_after_follows_python_scoping_of_nested_functions(nested, live):
         ("z = torch.transpose(y, 0, 1)\n    torch.add(z, 1, out=z)", True),
         ("z = y if x else x\n    z.zero_()", True),
         ("for row in y:\n        row.add_(1)", True),
+        # through an expression that may be y or a view of it, unbound
+        ("y.data.add_(1)", True),
+        ("y.view(-1)[0] = 1", True),
+        ("y[0] += 1", True),
+        ("torch.add(x, 1, out=y.t())", True),
+        ("(y * 2).add_(1)", False),
         # new tensors, or containers holding y, are not y
         ("z = y * 2\n    z.add_(1)", False),
         ("outputs = (y,)\n    outputs += (x,)", False),
@@ -144,6 +150,9 @@ def test_updates_in_place_after_a_site_follow_views_of_the_name(after, updated):
         ("print(pick(y) is x)", True),
         ("print(id(y))", True),
         ("print(y.data_ptr())", True),
+        ("print(y[:]._base is x)", True),
+        ("print(y.view(-1).data_ptr())", True),
+        ("print({y.view(-1): 1})", True),
         # a tensor hashes by identity: looked up, or made a key or an element
         ("print(y in seen)", True),
         ("print(y not in seen)", True),

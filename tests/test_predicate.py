@@ -945,6 +945,20 @@ def viewed_after(x):
     z.add_(1)
     return z
 
+def updated_through_data(x):
+    y = x
+    if x.sum() > 0:
+        y = x.clamp(min=0)
+    y.data.add_(1)
+    return x.clone()
+
+def row_of_a_view_updated(x):
+    y = x
+    if x.sum() > 0:
+        y = x * 2
+    y.view(-1)[0] = 5.0
+    return x.clone()
+
 def itself_or_doubled(x):
     if x.sum() > 0:
         y = x
@@ -1085,6 +1099,12 @@ def read_by_absolute_offset(x):
         y = x[1:] * 3
     return y.as_strided((2,), (1,), 0) + torch.as_strided(y, (2,), (1,), 0)
 
+def base_of_a_slice(x):
+    y = x
+    if x.sum() > 0:
+        y = x.clamp(min=0)
+    return x * 1 + (y[:]._base is x)
+
 def viewed_or_not(x):
     t = x * 2
     if x.sum() > 0:
@@ -1160,6 +1180,14 @@ def test_a_view_of_a_merged_value_updated_in_place_updates_what_it_holds(load_bo
     _updated_alike(load_both, "viewed_after")
 
 
+@pytest.mark.parametrize("name", ["updated_through_data", "row_of_a_view_updated"])
+def test_a_merged_value_updated_through_an_expression_updates_what_it_holds(load_both, name):
+    # Found by the from_python red team: `y.data.add_(1)` updated the caller's x where
+    # the branch left y holding it; merged, y was a new tensor and x kept its values
+    # (`.data` counts the update in a version of its own, unseen while tracing).
+    _updated_alike(load_both, name)
+
+
 @pytest.mark.parametrize(
     "name", ["updated_by_a_callee", "updated_by_the_caller", "branch_value_updated_after"]
 )
@@ -1196,6 +1224,7 @@ def _compiled_agrees(plain_function, rewritten_function, graphs=None) -> None:
         "identity_in_a_method",
         "identity_of_a_conditional",
         "memory_of_a_merged_value",
+        "base_of_a_slice",
         "read_by_absolute_offset",
     ],
 )

@@ -160,9 +160,10 @@ def live_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
 
 def used_in_place_after(function: FunctionNode, site: ast.stmt, name: str) -> bool:
     """Whether the object ``name`` holds may be updated in place after ``site``
-    (``name += ...``, ``name[...] = ...``, ``name.add_(...)``, ``out=name``), directly
-    or through a name bound later to a view of it (``z = name.view(-1); z.add_(1)``,
-    see :func:`_views_after`).
+    (``name += ...``, ``name[...] = ...``, ``name.add_(...)``, ``out=name``), directly,
+    through an expression that may be it or a view of it (``name.data.add_(1)``), or
+    through a name bound later to a view of it (``z = name.view(-1); z.add_(1)``, see
+    :func:`_views_after`).
 
     ``name`` may also be an attribute chain, as written (``self.inv_freq``).
     """
@@ -212,7 +213,7 @@ def _used_by_callee(
     given = [
         argument
         for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
-        if _is_any(argument.value if isinstance(argument, ast.Starred) else argument, views)
+        if _may_be_view(argument.value if isinstance(argument, ast.Starred) else argument, views)
     ]
     callee = callees.reached(node, enclosing) if given else None
     if callee is None:
@@ -249,10 +250,14 @@ def _used_after(
 
 
 def _updates_in_place(node: ast.AST, views: frozenset[str]) -> bool:
+    """Whether ``node`` updates in place the object one of ``views`` holds, or what may
+    be a view of it, unbound (:func:`_may_be_view`): ``y.data.add_(1)`` (``.data``
+    counts its updates in a version of its own, unseen while tracing),
+    ``y.view(-1)[0] = 1``, ``out=y.t()``."""
     if isinstance(node, ast.AugAssign):
-        return _is_any(node.target, views)
+        return _may_be_view(node.target, views)
     if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(node.ctx, ast.Store):
-        return _is_any(node.value, views)
+        return _may_be_view(node.value, views)
     if not isinstance(node, ast.Call):
         return False
     func = node.func
@@ -260,10 +265,10 @@ def _updates_in_place(node: ast.AST, views: frozenset[str]) -> bool:
         isinstance(func, ast.Attribute)
         and func.attr.endswith("_")
         and not func.attr.startswith("__")
-        and _is_any(func.value, views)
+        and _may_be_view(func.value, views)
     ):
         return True
-    return any(k.arg == "out" and _is_any(k.value, views) for k in node.keywords)
+    return any(k.arg == "out" and _may_be_view(k.value, views) for k in node.keywords)
 
 
 #: What a tensor tells of its memory or its history, and so of which tensor it is.
@@ -288,13 +293,13 @@ def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
     if _hashes(node, views):
         return True
     if isinstance(node, ast.Attribute) and node.attr in _MEMORY_ATTRIBUTES:
-        return _is_any(node.value, views)
+        return _may_be_view(node.value, views)
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in _MEMORY_FUNCTIONS
     ):
-        return any(_is_any(argument, views) for argument in node.args)
+        return any(_may_be_view(argument, views) for argument in node.args)
     if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
         return any(
@@ -308,7 +313,7 @@ def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id == "id"
-        and any(_is_any(argument, views) for argument in node.args)
+        and any(_may_be_view(argument, views) for argument in node.args)
     )
 
 
@@ -344,7 +349,7 @@ def _hashes(node: ast.AST, views: frozenset[str]) -> bool:
         keys = node.args[:1]
     else:
         return False
-    return any(_is_any(key, views) for key in keys)
+    return any(_may_be_view(key, views) for key in keys)
 
 
 def _may_hold(expr: ast.expr, views: frozenset[str]) -> bool:
