@@ -9,7 +9,8 @@ reading the other, or by getting both:
 * an update after the ``if``, anywhere in the graph (``g(y)`` whose callee does
   ``t.add_(1)``, a caller's ``f(x).add_(1)``), of the merged tensor, of a
   branch's tensor, or of a view or base of either (they share a version
-  counter, which a traced in-place update bumps in the fake tensor too);
+  counter, which a traced in-place update bumps in the fake tensor too; ``t.data``
+  has its own, also bumped, and shares the memory);
 * the merged tensor leaving the graph while a branch's tensor, or one sharing
   its memory, is a graph input or leaves it too: the caller holds two tensors
   where the original holds one, and may update either after the call (a
@@ -73,7 +74,9 @@ class _Merge:
     def why_seen(self, results: list[Any]) -> str | None:
         """How the program could tell the merged tensors from the branches', or ``None``."""
         watched = self.merged + self.branches
-        if any(t._version != v for t, v in zip(watched, self.versions, strict=True)):
+        if any(t._version != v for t, v in zip(watched, self.versions, strict=True)) or (
+            _updated_through_data(self.output.graph, watched)
+        ):
             return (
                 "a merged tensor, or a tensor a branch gives, is updated in place after the "
                 "if: the original updates one tensor, the merge holds two"
@@ -129,6 +132,20 @@ class _Merge:
             return self.branches
         index = next(i for i, m in enumerate(self.merged) if m is merged)
         return self.branches[2 * index : 2 * index + 2]
+
+
+def _updated_through_data(graph: torch.fx.Graph, tensors: list[torch.Tensor]) -> bool:
+    """Whether the graph updates in place the ``.data`` of a tensor sharing memory with
+    one of ``tensors`` (``y.data.add_(1)``): ``.data`` is a tensor with a version counter
+    of its own, which the update bumps, not theirs."""
+    storages = _storages(tensors)
+    return any(
+        node.target is torch._C._autograd._get_data_attr
+        and isinstance(value := node.meta.get("example_value"), torch.Tensor)
+        and value._version != 0
+        and bool(_storages([value]) & storages)
+        for node in graph.nodes
+    )
 
 
 def _merges(output: Any) -> list[_Merge]:
