@@ -243,3 +243,33 @@ def test_a_call_of_no_values_keeps_its_break_before_a_failed_trace(load_both, ca
         except Exception as error:  # the same failure in both
             outcomes.append((type(error).__name__, capsys.readouterr().out))
     assert outcomes[0] == outcomes[1] == ("TorchRuntimeError", "reshaping\n")
+
+
+BRANCH_IN_A_LOOP_OVER_A_SIZE = """
+import torch
+
+def forward(x):
+    y = x * 2
+    signs = torch.sign(x)
+    for i in range(x.shape[0]):
+        if signs[i] > 0:
+            y = y + 1
+    return y
+"""
+
+
+def test_a_branch_in_a_loop_over_a_size_does_not_compile_a_graph_per_size(load_both):
+    # plain compile's break in the loop gives the frame up (no graph); merged, the
+    # frame compiled again for every size, range(x.shape[0]) pinning each (5 graphs
+    # over 5 sizes): from the second size on, where sizes are symbolic, it keeps its break
+    plain, mended = load_both(BRANCH_IN_A_LOOP_OVER_A_SIZE)
+    graphs = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = torch._dynamo.testing.CompileCounter()
+        compiled = torch.compile(module.forward, backend=counter)
+        for size in range(3, 8):
+            x = torch.arange(float(size)) - 1
+            assert torch.equal(compiled(x), plain.forward(x))
+        graphs.append(counter.frame_count)
+    assert graphs[1] <= graphs[0] + 1  # the first size's graph, the break removed

@@ -39,7 +39,7 @@ from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.cond_layout import tensor_versions
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 from graphmend.runtime.run_time_errors import raising_operation
-from graphmend.runtime.skipped_frames import note_opened
+from graphmend.runtime.skipped_frames import in_a_loop, note_opened
 from graphmend.runtime.transforms import transform_active
 
 
@@ -325,7 +325,25 @@ def _kept_anyway(tracer: Any) -> str | None:
     """Why a site keeps its break whatever an attempt would find, or ``None``."""
     if tracer.parent is None:
         return _RUNS_IN_PYTHON
-    return _INSIDE_A_TRANSFORM if transform_active() else None
+    if transform_active():
+        return _INSIDE_A_TRANSFORM
+    return _pinned_around_a_loop(tracer.output)
+
+
+def _pinned_around_a_loop(output: Any) -> str | None:
+    """Why a site in a loop of the frame being compiled keeps its break where the trace
+    so far pins a symbolic size to one value (``for i in range(x.shape[0])``), or
+    ``None``: plain compile, breaking there, gives the whole frame up and compiles
+    nothing, where the frame with the site merged would compile again for every size."""
+    shape_env = output.shape_env
+    guard = None if shape_env is None else pinned_size(shape_env.guards)
+    if guard is None or not in_a_loop(output):
+        return None
+    return (
+        f"in a loop of a frame whose trace pins a dynamic size to one size ({guard}): "
+        "plain compile gives the frame up at this break, where merged it would compile "
+        "again for every size"
+    )
 
 
 def keep_numbers_unpinned() -> None:

@@ -40,10 +40,10 @@ def note_opened(output: Any, site: Any) -> None:
     if sites is None:
         sites = []
         setattr(output, _OPENED_SITES, sites)
-    sites.append((site, not _in_a_loop(output)))
+    sites.append((site, not in_a_loop(output)))
 
 
-def _in_a_loop(output: Any) -> bool:
+def in_a_loop(output: Any) -> bool:
     """Whether a break where the frame ``output`` traces stands now would give the whole
     frame up all the same.  A break in a function TorchDynamo inlines breaks the graph
     at the call of it in the frame being compiled, whose loops alone count
