@@ -151,6 +151,8 @@ def test_updates_in_place_after_a_site_follow_views_of_the_name(after, updated):
         ("print(id(y))", True),
         ("print(y.data_ptr())", True),
         ("print(y[:]._base is x)", True),
+        ("y.tag = 1", True),  # an attribute of the very object
+        ("z = y * 2\n    z.tag = 1", False),
         ("print(y.view(-1).data_ptr())", True),
         ("print({y.view(-1): 1})", True),
         # a tensor hashes by identity: looked up, or made a key or an element

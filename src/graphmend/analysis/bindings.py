@@ -179,8 +179,9 @@ def identity_used_after(
 ) -> bool:
     """Whether the identity of the object ``name`` holds may be used after ``site``: an
     operand of ``is`` or ``is not`` (except against a constant, as ``y is None``; an
-    item or a call's result may be it, :func:`_may_hold`), an argument of ``id()``, or
-    its memory read (``y.data_ptr()``, ``y._base``), directly or through a name bound
+    item or a call's result may be it, :func:`_may_hold`), an argument of ``id()``, an
+    attribute stored into it (``y.tag = 1``), or its memory read (``y.data_ptr()``,
+    ``y._base``), directly or through a name bound
     later to it or a view of it (:func:`_views_after`); also, given the module's
     ``callees`` and the functions ``enclosing`` ``function``, inside a function of the
     module it is passed to (:func:`_used_by_callee`)."""
@@ -292,6 +293,8 @@ _MEMORY_FUNCTIONS = frozenset({"as_strided"})
 def _uses_identity(node: ast.AST, views: frozenset[str]) -> bool:
     if _hashes(node, views):
         return True
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        return _is_any(node.value, views)  # an attribute of the very object: t.tag = 1
     if isinstance(node, ast.Attribute) and node.attr in _MEMORY_ATTRIBUTES:
         return _may_be_view(node.value, views)
     if (
