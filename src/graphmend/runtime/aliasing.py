@@ -37,6 +37,7 @@ and 2.13): where they are missing, nothing is merged.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,12 +52,15 @@ from graphmend.runtime.asking import ask_tracer
 @dataclass
 class _Merge:
     """A merge in the graph being traced: the fake tensors the original could have
-    aliased, with their versions when the merge was made."""
+    aliased, with their versions and whether they required grad when the merge was
+    made, and the graph's nodes then."""
 
     site: attempts.Site
     merged: list[torch.Tensor]
     branches: list[torch.Tensor]
     versions: list[int]
+    requires_grad: list[bool]
+    nodes: set[torch.fx.Node]
     output: Any  # the OutputGraph being traced
     paired: bool  # branches holds each merged tensor's two branch tensors, in order
 
@@ -74,12 +78,19 @@ class _Merge:
     def why_seen(self, results: list[Any]) -> str | None:
         """How the program could tell the merged tensors from the branches', or ``None``."""
         watched = self.merged + self.branches
+        added = [node for node in self.output.graph.nodes if node not in self.nodes]
         if any(t._version != v for t, v in zip(watched, self.versions, strict=True)) or (
-            _updated_through_data(self.output.graph, watched)
+            _updated_uncounted(added, watched)
         ):
             return (
                 "a merged tensor, or a tensor a branch gives, is updated in place after the "
                 "if: the original updates one tensor, the merge holds two"
+            )
+        if [t.requires_grad for t in watched] != self.requires_grad:
+            return (
+                "a merged tensor, or a tensor a branch gives, is made to require grad after "
+                "the if (`t.requires_grad_()`): the original changes one tensor, the merge "
+                "holds two"
             )
         outputs = _storages(_example(proxy) for proxy in _proxies(results))
         leaving = self.leaving(outputs)
@@ -134,18 +145,22 @@ class _Merge:
         return self.branches[2 * index : 2 * index + 2]
 
 
-def _updated_through_data(graph: torch.fx.Graph, tensors: list[torch.Tensor]) -> bool:
-    """Whether the graph updates in place the ``.data`` of a tensor sharing memory with
-    one of ``tensors`` (``y.data.add_(1)``): ``.data`` is a tensor with a version counter
-    of its own, which the update bumps, not theirs."""
+def _updated_uncounted(nodes: list[torch.fx.Node], tensors: list[torch.Tensor]) -> bool:
+    """Whether one of ``nodes`` updates in place, uncounted by their version counters, a
+    tensor sharing memory with one of ``tensors``: through its ``.data`` (``y.data.add_(1)``,
+    a tensor with a version counter of its own, which the update bumps), or by index
+    (``y[0] = v``, which TorchDynamo 2.5 does not run on the fake tensor)."""
     storages = _storages(tensors)
-    return any(
-        node.target is torch._C._autograd._get_data_attr
-        and isinstance(value := node.meta.get("example_value"), torch.Tensor)
-        and value._version != 0
-        and bool(_storages([value]) & storages)
-        for node in graph.nodes
-    )
+    for node in nodes:
+        if node.target is torch._C._autograd._get_data_attr:
+            value = _example_of(node)
+            updated = value is not None and value._version != 0
+        else:
+            value = _example_of(node.args[0]) if node.target is operator.setitem else None
+            updated = value is not None
+        if updated and _storages([value]) & storages:
+            return True
+    return False
 
 
 def _merges(output: Any) -> list[_Merge]:
@@ -275,8 +290,13 @@ def record(
     if reachable is not None and _callers_may_compare(tracer, site, branches, reachable):
         return False
     try:
-        versions = [tensor._version for tensor in (*merged, *branches)]
-        merge = _Merge(site, merged, branches, versions, tracer.output, paired)
+        watched = [*merged, *branches]
+        versions = [tensor._version for tensor in watched]
+        requires_grad = [tensor.requires_grad for tensor in watched]
+        nodes = set(tracer.output.graph.nodes)
+        merge = _Merge(
+            site, merged, branches, versions, requires_grad, nodes, tracer.output, paired
+        )
         attempts.check_before_compiling(tracer.output, merge)
     except (AttributeError, RuntimeError):
         return False
