@@ -273,3 +273,13 @@ def test_a_branch_in_a_loop_over_a_size_does_not_compile_a_graph_per_size(load_b
             assert torch.equal(compiled(x), plain.forward(x))
         graphs.append(counter.frame_count)
     assert graphs[1] <= graphs[0] + 1  # the first size's graph, the break removed
+
+
+def test_a_branch_in_a_loop_over_a_size_stays_merged_under_fullgraph(load_both):
+    # there a break fails the call: compiling again for every size is the lesser cost
+    _, mended = load_both(BRANCH_IN_A_LOOP_OVER_A_SIZE)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.forward, backend="eager", fullgraph=True)
+    for size in range(3, 6):
+        x = torch.arange(float(size)) - 1
+        assert torch.equal(compiled(x), mended.forward(x))

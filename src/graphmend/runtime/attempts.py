@@ -248,6 +248,22 @@ class Site:
         if guard is not None and not self.one_graph:
             self.keep_break(f"tracing it pins a dynamic size to one size ({guard})")
 
+    def pinned_around_a_loop(self, output: Any) -> str | None:
+        """Why the site, in a loop of the frame ``output`` traces, keeps its break where the
+        trace so far pins a symbolic size to one value (``for i in range(x.shape[0])``),
+        or ``None``: plain compile, breaking there, gives the whole frame up and
+        compiles nothing, where the frame with the site merged would compile again for
+        every size.  Not where the frame must be one graph (:meth:`keep_sizes_dynamic`)."""
+        shape_env = output.shape_env
+        guard = None if shape_env is None else pinned_size(shape_env.guards)
+        if guard is None or self.one_graph or not in_a_loop(output):
+            return None
+        return (
+            f"in a loop of a frame whose trace pins a dynamic size to one size ({guard}): "
+            "plain compile gives the frame up at this break, where merged it would compile "
+            "again for every size"
+        )
+
     def keep_numbers_unpinned(self, attempt: Attempt) -> None:
         """Keep the break (:meth:`keep_break`) if tracing a branch made TorchDynamo guard
         on the value of a number the frame is given first (:meth:`Attempt.pinned_number`): the
@@ -308,7 +324,7 @@ def _open(tracer: Any, rewrite_variable: Any) -> str | None:
         attempt = Attempt(tracer)
     except (AttributeError, ImportError, KeyError, TypeError):
         return None  # the attempts say so (call_or_none)
-    kept = site.kept_break() or _kept_anyway(tracer)
+    kept = site.kept_break() or _kept_anyway(tracer) or site.pinned_around_a_loop(tracer.output)
     if kept is not None:
         record_at(tracer, rewrite, kept)
         return kept
@@ -325,25 +341,7 @@ def _kept_anyway(tracer: Any) -> str | None:
     """Why a site keeps its break whatever an attempt would find, or ``None``."""
     if tracer.parent is None:
         return _RUNS_IN_PYTHON
-    if transform_active():
-        return _INSIDE_A_TRANSFORM
-    return _pinned_around_a_loop(tracer.output)
-
-
-def _pinned_around_a_loop(output: Any) -> str | None:
-    """Why a site in a loop of the frame being compiled keeps its break where the trace
-    so far pins a symbolic size to one value (``for i in range(x.shape[0])``), or
-    ``None``: plain compile, breaking there, gives the whole frame up and compiles
-    nothing, where the frame with the site merged would compile again for every size."""
-    shape_env = output.shape_env
-    guard = None if shape_env is None else pinned_size(shape_env.guards)
-    if guard is None or not in_a_loop(output):
-        return None
-    return (
-        f"in a loop of a frame whose trace pins a dynamic size to one size ({guard}): "
-        "plain compile gives the frame up at this break, where merged it would compile "
-        "again for every size"
-    )
+    return _INSIDE_A_TRANSFORM if transform_active() else None
 
 
 def keep_numbers_unpinned() -> None:
