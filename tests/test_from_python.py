@@ -441,3 +441,14 @@ def test_code_after_the_tests_that_may_not_trace_is_declined(code):
     [finding] = [f for f in findings if f.rewrite == "from_python"]
     assert finding.decision is Decision.DECLINED
     assert "fail to trace" in finding.reason
+
+
+def test_an_index_from_a_range_over_a_size_is_decided_under_fullgraph(modules):
+    # there the break would fail the call: compiling again for every size is the lesser
+    # cost (plain compile fails at the test)
+    plain, mended = modules
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.over_a_size, backend="eager", fullgraph=True)
+    for size in range(3, 6):
+        x = torch.ones(size)
+        assert torch.equal(compiled(x), plain.over_a_size(x))

@@ -139,6 +139,30 @@ class Attempt:
         return pinned_size(self.shape_env.guards[self.guards :])
 
 
+def must_be_one_graph(tracer: Any) -> bool:
+    """Whether the frame ``tracer`` traces must be one graph (``fullgraph=True``, or
+    ``error_on_graph_break``): a break there fails the compile."""
+    return bool(tracer.one_graph or getattr(tracer, "error_on_graph_break", False))
+
+
+def pinned_around_a_loop(tracer: Any) -> str | None:
+    """Why code ``tracer`` stands at, in a loop of the frame being compiled, keeps its
+    break where the trace so far pins a symbolic size to one value (``for i in
+    range(x.shape[0])``), or ``None``: plain compile, breaking there, gives the whole
+    frame up and compiles nothing, where the frame without the break would compile
+    again for every size.  Not where the frame must be one graph: there a break fails
+    the call, and recompiling for each size is the lesser cost."""
+    shape_env = tracer.output.shape_env
+    guard = None if shape_env is None else pinned_size(shape_env.guards)
+    if guard is None or must_be_one_graph(tracer) or not in_a_loop(tracer.output):
+        return None
+    return (
+        f"in a loop of a frame whose trace pins a dynamic size to one size ({guard}): "
+        "plain compile gives the frame up at this break, where merged it would compile "
+        "again for every size"
+    )
+
+
 def pinned_size(guards: Sequence[Any]) -> str | None:
     """The first of ``guards`` (a shape environment's) that holds for one value of a
     symbolic size (``Eq(<size expression>, <number>)``), or ``None``."""
@@ -233,7 +257,7 @@ class Site:
         # runtime function inspects its arguments before its attempt: their guards count
         self.opened: Attempt | None = None
         # fullgraph=True (or error_on_graph_break): a break would fail the compile
-        self.one_graph = bool(tracer.one_graph or getattr(tracer, "error_on_graph_break", False))
+        self.one_graph = must_be_one_graph(tracer)
 
     def kept_break(self) -> str | None:
         """Why an earlier analysis of this compile restarted for the site to keep its
@@ -247,22 +271,6 @@ class Site:
         guard = attempt.pinned_size()
         if guard is not None and not self.one_graph:
             self.keep_break(f"tracing it pins a dynamic size to one size ({guard})")
-
-    def pinned_around_a_loop(self, output: Any) -> str | None:
-        """Why the site, in a loop of the frame ``output`` traces, keeps its break where the
-        trace so far pins a symbolic size to one value (``for i in range(x.shape[0])``),
-        or ``None``: plain compile, breaking there, gives the whole frame up and
-        compiles nothing, where the frame with the site merged would compile again for
-        every size.  Not where the frame must be one graph (:meth:`keep_sizes_dynamic`)."""
-        shape_env = output.shape_env
-        guard = None if shape_env is None else pinned_size(shape_env.guards)
-        if guard is None or self.one_graph or not in_a_loop(output):
-            return None
-        return (
-            f"in a loop of a frame whose trace pins a dynamic size to one size ({guard}): "
-            "plain compile gives the frame up at this break, where merged it would compile "
-            "again for every size"
-        )
 
     def keep_numbers_unpinned(self, attempt: Attempt) -> None:
         """Keep the break (:meth:`keep_break`) if tracing a branch made TorchDynamo guard
@@ -324,7 +332,7 @@ def _open(tracer: Any, rewrite_variable: Any) -> str | None:
         attempt = Attempt(tracer)
     except (AttributeError, ImportError, KeyError, TypeError):
         return None  # the attempts say so (call_or_none)
-    kept = site.kept_break() or _kept_anyway(tracer) or site.pinned_around_a_loop(tracer.output)
+    kept = site.kept_break() or _kept_anyway(tracer) or pinned_around_a_loop(tracer)
     if kept is not None:
         record_at(tracer, rewrite, kept)
         return kept

@@ -14,7 +14,7 @@ from graphmend.runtime.attempts import (
     last_opened_site,
     on_trace_error,
     open_site,
-    pinned_size,
+    pinned_around_a_loop,
 )
 from graphmend.runtime.formatting import known_while_tracing
 from graphmend.runtime.tracing import tracing
@@ -75,7 +75,7 @@ def _known(tensor: Any, index: Any, made: Any, values: Any) -> bool:
         and type(index) is int
         and known_while_tracing(index)
         and -len(values) <= index < len(values)
-        and ask_tracer(_no_size_pinned, False)
+        and ask_tracer(_no_size_pinned_around_a_loop, False)
     )
 
 
@@ -93,14 +93,14 @@ def _constant_bools(_tracer: Any, values: Any) -> bool:
         return False
 
 
-def _no_size_pinned(tracer: Any) -> bool:
-    """Asked while TorchDynamo traces :func:`_known`: whether no guard of the trace so far
-    holds for one value of a symbolic size.  ``for i in range(x.shape[0])`` pins the
+def _no_size_pinned_around_a_loop(tracer: Any) -> bool:
+    """Asked while TorchDynamo traces :func:`_known`: whether, in a loop of the frame
+    being compiled, no guard of the trace so far holds for one value of a symbolic size
+    (:func:`attempts.pinned_around_a_loop`).  ``for i in range(x.shape[0])`` pins the
     size (TorchDynamo runs a loop over a range of known length) and gives the index:
     plain compile, whose break in the loop gives the frame up, keeps no such guard, and
     with the test decided the frame would compile again for every size."""
-    shape_env = tracer.output.shape_env
-    return shape_env is None or pinned_size(shape_env.guards) is None
+    return pinned_around_a_loop(tracer) is None
 
 
 def _made_here_untouched(_tracer: Any, made: Any) -> bool:
