@@ -186,6 +186,31 @@ def test_inputs_updated_in_place_before_a_failing_guard_stay_updated(load_both, 
     assert state_after_failure(rewritten) == expected
 
 
+@pytest.mark.parametrize("update", ["x.data[0] = 5.0", "x.data.add_(1)", "x[0] = 5.0"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_input_updated_uncounted_before_a_failing_guard_stays_updated(
+    load_both, backend, update
+):
+    # x.data counts its updates in a version counter of its own, and torch 2.5 does not
+    # run x[0] = v on the fake tensor: the lowered guard raised inside the graph, before
+    # AOTAutograd wrote x back, where plain compile, breaking at the if, updated x
+    plain, rewritten = load_both(f"""
+        import torch
+
+        def forward(x):
+            {update}
+            if (x < 0).any():
+                raise ValueError("negative")
+            return x * 2
+        """)
+    outcomes = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        x = -3 * torch.ones(3)
+        outcomes.append((_outcome(torch.compile(module.forward, backend=backend), x), x.tolist()))
+    assert outcomes[1] == outcomes[0]
+
+
 @pytest.mark.parametrize("name", ['"plain text"', '"holds \\x1f, the template separator"'])
 @pytest.mark.parametrize("message", ["NAME", 'f"name {NAME} {x.shape}"', "local"])
 def test_text_known_while_tracing_keeps_the_message_exactly(load_both, name, message):

@@ -37,7 +37,6 @@ and 2.13): where they are missing, nothing is merged.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +46,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from graphmend.runtime import attempts, callers, cond_results
 from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.in_place import storages_of, updated_uncounted
 
 
 @dataclass
@@ -80,7 +80,7 @@ class _Merge:
         watched = self.merged + self.branches
         added = [node for node in self.output.graph.nodes if node not in self.nodes]
         if any(t._version != v for t, v in zip(watched, self.versions, strict=True)) or (
-            _updated_uncounted(added, watched)
+            updated_uncounted(added, watched)
         ):
             return (
                 "a merged tensor, or a tensor a branch gives, is updated in place after the "
@@ -92,16 +92,16 @@ class _Merge:
                 "the if (`t.requires_grad_()`): the original changes one tensor, the merge "
                 "holds two"
             )
-        outputs = _storages(_example(proxy) for proxy in _proxies(results))
+        outputs = storages_of(_example(proxy) for proxy in _proxies(results))
         leaving = self.leaving(outputs)
         if not leaving:
             return None
-        inputs = _storages(
+        inputs = storages_of(
             node.meta.get("example_value")
             for node in self.output.graph.nodes
             if node.op in ("placeholder", "get_attr")
         )
-        branches = _storages(t for _, tensors in leaving for t in tensors)
+        branches = storages_of(t for _, tensors in leaving for t in tensors)
         if branches & (inputs | outputs):
             return (
                 "a merged tensor leaves the graph, and a tensor a branch gives is the "
@@ -134,7 +134,9 @@ class _Merge:
         groups = [(m, self._branches_of(m)) for m in self.merged]
         peers = [peer for peer in _merges(self.output) if peer is not self]
         return [
-            (m, _standing_for(tensors, peers)) for m, tensors in groups if _storages([m]) & outputs
+            (m, _standing_for(tensors, peers))
+            for m, tensors in groups
+            if storages_of([m]) & outputs
         ]
 
     def _branches_of(self, merged: torch.Tensor) -> list[torch.Tensor]:
@@ -143,24 +145,6 @@ class _Merge:
             return self.branches
         index = next(i for i, m in enumerate(self.merged) if m is merged)
         return self.branches[2 * index : 2 * index + 2]
-
-
-def _updated_uncounted(nodes: list[torch.fx.Node], tensors: list[torch.Tensor]) -> bool:
-    """Whether one of ``nodes`` updates in place, uncounted by their version counters, a
-    tensor sharing memory with one of ``tensors``: through its ``.data`` (``y.data.add_(1)``,
-    a tensor with a version counter of its own, which the update bumps), or by index
-    (``y[0] = v``, which TorchDynamo 2.5 does not run on the fake tensor)."""
-    storages = _storages(tensors)
-    for node in nodes:
-        if node.target is torch._C._autograd._get_data_attr:
-            value = _example_of(node)
-            updated = value is not None and value._version != 0
-        else:
-            value = _example_of(node.args[0]) if node.target is operator.setitem else None
-            updated = value is not None
-        if updated and _storages([value]) & storages:
-            return True
-    return False
 
 
 def _merges(output: Any) -> list[_Merge]:
@@ -177,12 +161,12 @@ def _standing_for(tensors: list[torch.Tensor], peers: list[_Merge]) -> list[torc
     found = list(tensors)
     remaining = list(peers)
     while remaining:
-        storages = _storages(found)
+        storages = storages_of(found)
         expanding = [
             (peer, merged)
             for peer in remaining
             for merged in peer.merged
-            if _storages([merged]) & storages
+            if storages_of([merged]) & storages
         ]
         if not expanding:
             break
@@ -313,8 +297,8 @@ def _callers_may_compare(
     tensor from it by identity, which TorchDynamo decides while tracing (``y = clamp(x);
     y is x``).  True where the restart is refused (too many restarts)."""
     peers = _merges(tracer.output)
-    theirs = _storages(_standing_for(reachable, peers))
-    if not _storages(_standing_for(branches, peers)) & theirs:
+    theirs = storages_of(_standing_for(reachable, peers))
+    if not storages_of(_standing_for(branches, peers)) & theirs:
         return False
     site.keep_break(
         "a caller traced in the same graph holds, or can reach, a tensor a branch gives: it "
@@ -366,12 +350,12 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
         ):
             return [operand for operand in operands if operand is not None]
         # a result a merge made in the branch stands for what that merge's branches give
-        aliased = _storages(_standing_for(_examples(sources), _merges(output)))
+        aliased = storages_of(_standing_for(_examples(sources), _merges(output)))
         inputs = [(_example_of(node), operands[i]) for i, node in enumerate(placeholders)]
         inputs += [(_example_of(node), None) for node in constants]
         for own, operand in inputs:
             candidates = [tensor for tensor in (own, operand) if tensor is not None]
-            if _storages(candidates) & aliased:
+            if storages_of(candidates) & aliased:
                 returned += candidates
     return returned
 
@@ -396,7 +380,7 @@ def results_share_memory(output: Any, cond: torch.fx.Node) -> bool:
 def _may_share_an_element(firsts: list[torch.Tensor], seconds: list[torch.Tensor]) -> bool:
     """Whether a tensor of ``firsts`` and one of ``seconds`` may share an element."""
     return any(
-        _storages([first]) == _storages([second]) and _may_overlap(first, second)
+        storages_of([first]) == storages_of([second]) and _may_overlap(first, second)
         for first in firsts
         for second in seconds
     )
@@ -458,11 +442,3 @@ def _examples(nodes: Iterable[Any]) -> list[torch.Tensor]:
 
 def _example(proxy: Any) -> torch.Tensor | None:
     return _example_of(proxy.node) if isinstance(proxy, torch.fx.Proxy) else None
-
-
-def _storages(tensors: Iterable[Any]) -> set[StorageWeakRef]:
-    return {
-        StorageWeakRef(tensor.untyped_storage())
-        for tensor in tensors
-        if isinstance(tensor, torch.Tensor)
-    }

@@ -39,6 +39,7 @@ from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
+from graphmend.runtime.in_place import updated_uncounted
 from graphmend.runtime.skipped_frames import keep_first_break_if_frame_lost
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
@@ -201,14 +202,15 @@ def _inputs_updated(graph: Any) -> bool:
     """Whether the graph so far updates one of its inputs in place (a parameter, a
     buffer, an argument, through a view or not): AOTAutograd writes such updates back
     at the end of the graph, after an operation in it has raised.  Each input's fake
-    tensor is made afresh, at version 0, for the trace; an in-place update bumps it."""
-    for node in graph.nodes:
-        if node.op not in ("placeholder", "get_attr"):
-            continue
-        value = node.meta.get("example_value")
-        if isinstance(value, torch.Tensor) and value._version > 0:
-            return True
-    return False
+    tensor is made afresh, at version 0, for the trace; an in-place update bumps it,
+    but for those :func:`in_place.updated_uncounted` finds (``x.data.add_(1)``)."""
+    inputs = [
+        value
+        for node in graph.nodes
+        if node.op in ("placeholder", "get_attr")
+        and isinstance(value := node.meta.get("example_value"), torch.Tensor)
+    ]
+    return any(value._version > 0 for value in inputs) or updated_uncounted(graph.nodes, inputs)
 
 
 def defers_here(*values: Any) -> bool:
