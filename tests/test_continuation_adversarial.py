@@ -767,3 +767,44 @@ def test_outer_state_puts_back_what_it_wrapped_when_it_cannot_watch(monkeypatch)
     with pytest.raises(ImportError), outer_state.OuterState():
         pass
     assert SideEffects.store_attr is store_attr
+
+
+UPDATES_ITS_ARGUMENT = """
+import torch
+
+def by_index(t):
+    t[0] = 9.0
+
+def through_data(t):
+    t.data[1:].mul_(3)
+
+UPDATES = [by_index, through_data]
+
+def f(x):
+    if x.sum() > 0:
+        m = None
+    else:
+        m = x * 2
+    UPDATES[{k}](x)
+    if m is None:
+        return x + 1
+    return m + 1
+"""
+
+
+@pytest.mark.parametrize("k", [0, 1])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_rest_updating_its_argument_updates_the_callers_tensor(load_both, backend, k) -> None:
+    # torch 2.5's torch.cond let a branch's x[0] = v through, and AOTAutograd lost it:
+    # the caller's x kept its values where plain compile updated it
+    outcomes = []
+    for module in load_both(UPDATES_ITS_ARGUMENT.replace("{k}", str(k))):
+        seen = []
+        for sign in (1.0, -1.0):
+            torch._dynamo.reset()
+            x = sign * torch.ones(3)
+            compiled = torch.compile(module.f, backend=backend)
+            with torch.no_grad():
+                seen.append((compiled(x).tolist(), x.tolist()))
+        outcomes.append(seen)
+    assert outcomes[1] == outcomes[0]

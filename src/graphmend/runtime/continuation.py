@@ -37,6 +37,7 @@ from graphmend.runtime.attempts import (
 )
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
+from graphmend.runtime.in_place import updates_an_input
 from graphmend.runtime.outer_state import OuterState
 from graphmend.runtime.tracing import tracing
 
@@ -192,6 +193,8 @@ def _given_back(
             return _NUMBER, None
         if any(cond_results.sized_by_branch(cond) for cond in conds):
             return _SIZED_BY_BRANCH, None
+        if any(_updates_an_operand(tracer.output, cond) for cond in conds):
+            return _UPDATES_AN_OPERAND, None
         returned = [t for cond in conds for t in aliasing.returned_operands(tracer.output, cond)]
         if any(aliasing.results_share_memory(tracer.output, cond) for cond in conds):
             return _SHARED, None
@@ -220,10 +223,20 @@ _SIZED_BY_BRANCH = (
     "torch.cond whose outputs' sizes depend on the branch taken"
 )
 
+_UPDATES_AN_OPERAND = (
+    "a branch updates in place what it is given (by index, through .data, an in-place "
+    "method), which torch 2.5's torch.cond lets through and AOTAutograd then loses"
+)
+
 _SHARED = (
     "two of its results share memory (one tensor twice, or a view of another): "
     "torch.cond returns a copy of each"
 )
+
+
+def _updates_an_operand(output: Any, cond: Any) -> bool:
+    """Whether a branch of ``cond``, just traced, may update an operand in place."""
+    return any(updates_an_input(output.nn_modules[branch.target]) for branch in cond.args[1:3])
 
 
 def _changed_outside(change: str) -> str:

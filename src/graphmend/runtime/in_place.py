@@ -33,6 +33,85 @@ def updated_uncounted(nodes: Iterable[torch.fx.Node], tensors: Iterable[torch.Te
     return False
 
 
+#: Tensor methods and ``torch`` functions whose result is a view of their first argument
+#: (or, ``_get_data_attr``, shares its memory), through which an update reaches it.
+_VIEWS = frozenset(
+    {
+        "getitem",
+        "_get_data_attr",
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "flatten",
+        "unflatten",
+        "transpose",
+        "permute",
+        "t",
+        "T",
+        "mT",
+        "expand",
+        "expand_as",
+        "narrow",
+        "select",
+        "squeeze",
+        "unsqueeze",
+        "split",
+        "chunk",
+        "unbind",
+        "as_strided",
+        "detach",
+        "diagonal",
+        "movedim",
+        "swapaxes",
+        "unfold",
+        "real",
+        "imag",
+        "contiguous",
+        "to",
+        "type_as",
+        "float",
+    }
+)
+
+
+def updates_an_input(module: torch.fx.GraphModule) -> bool:
+    """Whether the graph of ``module`` (a ``torch.cond`` branch's, whose inputs are the
+    operands) may update one of its inputs in place, directly or through a view of it
+    or what may be it (``.to()``, ``.contiguous()``), in it or in a ``torch.cond`` it
+    holds: by index (``x[0] = v``, which torch 2.5's ``cond`` lets through, the update
+    lost under AOTAutograd), through ``.data``, by an in-place method or ``out=``."""
+    reaching = {node for node in module.graph.nodes if node.op in ("placeholder", "get_attr")}
+    for node in module.graph.nodes:
+        first = node.args[0] if node.args else None
+        if _is_cond(node):
+            if any(updates_an_input(getattr(module, branch.target)) for branch in node.args[1:3]):
+                return True
+            continue
+        if first not in reaching and not any(
+            value in reaching for value in node.kwargs.values() if isinstance(value, torch.fx.Node)
+        ):
+            continue
+        name = _name(node)
+        if name == "setitem" or "out" in node.kwargs:
+            return True
+        if name.endswith("_") and not name.startswith("__"):
+            return True
+        if name in _VIEWS:
+            reaching.add(node)
+    return False
+
+
+def _is_cond(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is torch.ops.higher_order.cond
+
+
+def _name(node: torch.fx.Node) -> str:
+    """The name of what ``node`` calls: a method's, or a function's."""
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
 def storages_of(tensors: Iterable[object]) -> set[StorageWeakRef]:
     """The storages of the tensors among ``tensors``."""
     return {
