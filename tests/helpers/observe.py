@@ -54,6 +54,9 @@ class Run:
     graphs: int | None = None
     breaks: int | None = None
     abandoned: int | None = None  # compiles TorchDynamo gave up: the frame ran eagerly
+    # whether the frame of ``forward`` itself (not only a resume function) kept compiled
+    # code: given up whole, it ran in Python, its code before the first break too
+    forward_compiled: bool | None = None
 
 
 def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, logging.Logger]:
@@ -96,7 +99,8 @@ def run(
         function = torch.compile(module, backend=counter, fullgraph=fullgraph, dynamic=dynamic)
         observed = [_call(module, function, logger, call, program.grad) for call in program.calls]
         frames = counters["frames"]
-        return Run(observed, counter.frame_count, _breaks(), frames["total"] - frames["ok"])
+        abandoned = frames["total"] - frames["ok"]
+        return Run(observed, counter.frame_count, _breaks(), abandoned, _compiled(module))
     finally:
         del sys.modules[name]
 
@@ -110,6 +114,12 @@ def _breaks() -> int:
     made symbolic, a break it could not resume after)."""
     frames = counters["frames"]
     return len(counters["resumes"]) + frames["total"] - frames["ok"]
+
+
+def _compiled(module: nn.Module) -> bool:
+    """Whether TorchDynamo holds compiled code for the frame of ``module``'s ``forward``."""
+    code = type(module).forward.__code__
+    return bool(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code))
 
 
 def _call(
@@ -250,14 +260,18 @@ def more_graphs(plain: Run, mended: Run) -> str | None:
     Never more graph breaks; never more graphs, except one per break GraphMend
     removed: plain compile makes no graph of a stretch of code without tensor
     operations between two breaks (``print(t)``), while the same stretch without its
-    break is compiled into one.  Not compared where plain compile gave up a frame.
+    break is compiled into one.  Never ``forward``'s frame given up whole where plain
+    compiled its code before the first break (a break in a loop gives the frame up).
+    Graphs and breaks not compared where plain compile gave up more frames.
     """
     assert plain.graphs is not None and mended.graphs is not None
     assert plain.breaks is not None and mended.breaks is not None
-    if plain.abandoned:
-        # plain ran that frame eagerly to its end: the code after the failure made
-        # neither graphs nor breaks there, and GraphMend may compile it (under
-        # dynamic=True, where f"{t}" of the symbolic float t fails plain's frame)
+    if plain.forward_compiled and not mended.forward_compiled:
+        return "forward's frame given up whole, where plain compiles it up to its first break"
+    if plain.abandoned and mended.abandoned is not None and mended.abandoned < plain.abandoned:
+        # plain ran a frame eagerly to its end that GraphMend compiles: the code after
+        # the failure made neither graphs nor breaks there (under dynamic=True, where
+        # f"{t}" of the symbolic float t fails plain's frame)
         return None
     allowed = plain.graphs + max(0, plain.breaks - mended.breaks)
     if mended.breaks > plain.breaks or mended.graphs > allowed:
