@@ -55,7 +55,8 @@ class Run:
     breaks: int | None = None
     abandoned: int | None = None  # compiles TorchDynamo gave up: the frame ran eagerly
     # whether the frame of ``forward`` itself (not only a resume function) kept compiled
-    # code: given up whole, it ran in Python, its code before the first break too
+    # code: given up whole, it ran in Python, its code before the first break too (a
+    # frame without tensor operations keeps none either)
     forward_compiled: bool | None = None
 
 
@@ -262,16 +263,14 @@ def more_graphs(plain: Run, mended: Run) -> str | None:
     operations between two breaks (``print(t)``), while the same stretch without its
     break is compiled into one.  Never ``forward``'s frame given up whole where plain
     compiled its code before the first break (a break in a loop gives the frame up).
-    Graphs and breaks not compared where plain compile gave up more frames.
+    Graphs and breaks not compared where plain compile ran a frame in Python that
+    GraphMend compiles, in part or whole.
     """
     assert plain.graphs is not None and mended.graphs is not None
     assert plain.breaks is not None and mended.breaks is not None
-    if plain.forward_compiled and not mended.forward_compiled:
+    if plain.forward_compiled and mended.abandoned and not mended.forward_compiled:
         return "forward's frame given up whole, where plain compiles it up to its first break"
-    if plain.abandoned and mended.abandoned is not None and mended.abandoned < plain.abandoned:
-        # plain ran a frame eagerly to its end that GraphMend compiles: the code after
-        # the failure made neither graphs nor breaks there (under dynamic=True, where
-        # f"{t}" of the symbolic float t fails plain's frame)
+    if _compiles_what_plain_gives_up(plain, mended):
         return None
     allowed = plain.graphs + max(0, plain.breaks - mended.breaks)
     if mended.breaks > plain.breaks or mended.graphs > allowed:
@@ -280,3 +279,16 @@ def more_graphs(plain: Run, mended: Run) -> str | None:
             f"graphmend {mended.graphs} graphs, {mended.breaks} breaks"
         )
     return None
+
+
+def _compiles_what_plain_gives_up(plain: Run, mended: Run) -> bool:
+    """Whether plain compile ran a frame in Python, to its end, that GraphMend compiles:
+    there the code after what failed plain's frame makes neither graphs nor breaks in
+    plain's run.  Either GraphMend gives up fewer frames (under ``dynamic=True``,
+    ``f"{t}"`` of the symbolic float ``t`` fails plain's frame), or plain gives up
+    ``forward`` whole, at a break in a loop that GraphMend removes, or for one call (a
+    size that turns dynamic), and GraphMend compiles its code up to a break it keeps."""
+    if not plain.abandoned:
+        return False
+    assert mended.abandoned is not None
+    return mended.abandoned < plain.abandoned or not plain.forward_compiled

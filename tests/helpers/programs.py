@@ -102,7 +102,11 @@ _LOOP_BREAKS = (
     "torch._dynamo.graph_break()",
     "k = int(x.abs().sum().item())\nif k > 2:\n    x = x * 2",
     "if x.sum().item() > {c}:\n    x = x + 1",
+    "if t > 2.0:\n    torch._dynamo.graph_break()",
 )
+#: Loop headers: a fixed count, and one read from the input's size (a size that turns
+#: dynamic is specialized by the loop).
+_LOOP_HEADERS = ("for _i in range(2):", "for _i in range(x.shape[0]):")
 #: Patterns that open a GraphMend site before a loop that breaks.
 _SITES = ("if", "conditional", "output", "guard", "store_in_arm")
 #: Kinds of tensor values an assignment or an arm computes.
@@ -336,10 +340,21 @@ def _output_then_guard(writer: _Writer, depth: int) -> list[str]:
 
 def _loop(writer: _Writer, depth: int) -> list[str]:
     """``for _i in range(2):`` around a block of any pattern (TorchDynamo unrolls it; a
-    break inside it gives the whole frame up)."""
+    break inside it gives the whole frame up), which a tensor ``if`` may first leave
+    (``break``) or skip (``continue``)."""
     if depth >= MAX_DEPTH:
         return [f"x = {writer.value()}"]
-    return ["for _i in range(2):", *_indented(writer.block(depth + 1))]
+    lines = writer.block(depth + 1)
+    leave = writer.pick(("", "break", "continue"))
+    if leave:
+        lines = [f"if {writer.condition()}:", f"    {leave}", *lines]
+    return [_loop_header(writer, depth), *_indented(lines)]
+
+
+def _loop_header(writer: _Writer, depth: int) -> str:
+    """A loop's header; one counting the input's rows only outside other blocks (nested,
+    it would multiply the rows a ``torch.cat`` inside doubles)."""
+    return writer.pick(_LOOP_HEADERS if depth == 0 else _LOOP_HEADERS[:1])
 
 
 def _break_in_loop(writer: _Writer, depth: int) -> list[str]:
@@ -350,7 +365,7 @@ def _break_in_loop(writer: _Writer, depth: int) -> list[str]:
     alone = where == "alone" or depth >= MAX_DEPTH
     block = [] if alone else writer.block(depth + 1, returns=where == "before")
     lines = block + broken if where == "after" else broken + block
-    return ["for _i in range(2):", *_indented(lines)]
+    return [_loop_header(writer, depth), *_indented(lines)]
 
 
 def _site_then_break_in_loop(writer: _Writer, depth: int) -> list[str]:
