@@ -66,7 +66,18 @@ PROPERTY = settings(
 
 #: Statements in and around loops, some of which break the graph inside the loop (the
 #: frame is given up, from its start where no break comes before the loop's).
-_LOOPED = ("assign", "if", "in_place", "output", "guard", "loop", "break_in_loop")
+_LOOPED = (
+    "assign",
+    "if",
+    "conditional",
+    "in_place",
+    "store_in_arm",
+    "output",
+    "guard",
+    "loop",
+    "break_in_loop",
+    "paired",
+)
 
 #: Pattern mixes, each aimed at a class of defects; "mixed" draws from every pattern.
 FAMILIES = {
@@ -193,6 +204,29 @@ def test_a_guard_left_by_an_arm_under_dynamic_shapes() -> None:
         grad=False,
     )
     check_resized(program, True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a branch on a host read (x.sum().item() > 1.0) is compared on the device; "
+    "kept (here in a loop), it breaks at the jump on that tensor, where plain breaks at the "
+    ".item() call: TorchDynamo makes a resume function for each arm, and each is given up "
+    "on its first call (3 breaks against 2); without the inner loop, each arm's resume "
+    "compiles a graph where plain's one resume, compiled without operations, ran eagerly",
+)
+def test_a_kept_branch_on_a_host_read_breaks_at_its_jump() -> None:
+    nan = float("nan")
+    program = Program(
+        "for _i in range(2):\n    if x.sum().item() > 1.0:\n        x = x + 1\n"
+        "    for _i in range(2):\n        if x.sum() > t:\n            continue\n"
+        "        return x\nreturn x\n",
+        (
+            Call(((4.0, nan, nan, 0.0), (0.5, 4.0, 0.5, -1.0)), 3.5),
+            Call(((-1.0, 1.0, 0.5, 1.0), (0.0, 2.0, -3.0, 2.0)), 3.5),
+        ),
+        grad=False,
+    )
+    check(program)
 
 
 #: What GraphMend claims to fix: branches whose arms assign mergeable values or call a

@@ -96,12 +96,13 @@ _GUARDS = (
 )
 _GUARD_THRESHOLDS = ("3.0", "1.0", "5.0")
 #: Breaks no rewrite removes, each breaking inside the loop it is written in, which makes
-#: TorchDynamo give the whole frame up: an explicit break, and a number read from a
-#: tensor (``.item()``) that a Python branch tests.
+#: TorchDynamo give the whole frame up: an explicit break (on some values of ``t``), and
+#: a number read from a tensor (``int(...item())``) that a Python branch tests.  (Not
+#: ``if x.sum().item() > c``: test_properties'
+#: ``test_a_kept_branch_on_a_host_read_breaks_at_its_jump``.)
 _LOOP_BREAKS = (
     "torch._dynamo.graph_break()",
     "k = int(x.abs().sum().item())\nif k > 2:\n    x = x * 2",
-    "if x.sum().item() > {c}:\n    x = x + 1",
     "if t > 2.0:\n    torch._dynamo.graph_break()",
 )
 #: Loop headers: a fixed count, and one read from the input's size (a size that turns
@@ -374,6 +375,12 @@ def _site_then_break_in_loop(writer: _Writer, depth: int) -> list[str]:
     return PATTERNS[writer.pick(_SITES)](writer, depth) + _break_in_loop(writer, depth)
 
 
+def _paired(writer: _Writer, depth: int) -> list[str]:
+    """A view pairing rows, which fails for an odd number of rows, eagerly and while
+    tracing (a failed trace after a site)."""
+    return [f"x = x.reshape(-1, {2 * COLUMNS}).reshape(-1, {COLUMNS})"]
+
+
 Pattern = Callable[[_Writer, int], list[str]]
 
 #: Every pattern by name, simplest first (a failing program shrinks towards the first).
@@ -392,6 +399,7 @@ PATTERNS: dict[str, Pattern] = {
     "loop": _loop,
     "break_in_loop": _break_in_loop,
     "site_then_break_in_loop": _site_then_break_in_loop,
+    "paired": _paired,
 }
 
 
