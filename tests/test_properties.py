@@ -420,6 +420,18 @@ COUNTEREXAMPLES = {
         "    if k > 2:\n        x = x * 2\nreturn x\n",
         (Call(((1.0, 2.0, 0.0, 0.0),), 0.5), Call(((-1.0, 0.0, 0.0, 0.0),), 0.5)),
     ),
+    # the frame resumed after the first if (plain's too) gave itself up at the loop's
+    # break; the conditional expression after the loop kept its break as if plain broke
+    # there first, where plain gives the frame up at the if in the loop, which it meets
+    # first: a graph and a break more than plain
+    "a-site-after-a-site-in-a-loop-keeping-its-break": Program(
+        "if x.sum() > t:\n    for _i in range(2):\n        if (x > 0.5).any():\n"
+        "            x = x / 2\n        else:\n            x = x + self.buf.mean()\n"
+        "x = self.lin(x) if x.sum() > t else self.lin(x)\n"
+        "for _i in range(2):\n    torch._dynamo.graph_break()\nreturn self.buf\n",
+        (Call(((4.0, 4.0, 4.0, 4.0), (4.0, 4.0, 4.0, 4.0)), 2.5),),
+        grad=False,
+    ),
     # a merged search no longer stopped the trace: the later break compiled the rest,
     # which plain compile runs eagerly after the search (4 graphs against 3)
     "merged-search-then-a-break": Program(
