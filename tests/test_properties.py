@@ -10,7 +10,9 @@ compiled) in outputs (bit for bit), the caller's tensor after the call, the modu
 buffers, printed text, log records and warnings (in order) and exceptions (type and
 message).  Graphs and breaks are counted on the same program called with one value of
 ``t`` and one shape (:meth:`Program.steady`): never more breaks than plain, never
-more graphs but one per break removed (:func:`helpers.observe.more_graphs`).  With
+more graphs but one per break removed, never the frame given up from its start where
+plain compiles the code before its first break (a break inside a loop gives up the
+frame TorchDynamo traces: :func:`helpers.observe.more_graphs`).  With
 changing values they are not compared: a GraphMend graph may read a Python value that
 plain's graph does not (a float formatted into a guard's message, a number logged, a
 value read by a branch speculated while tracing), and TorchDynamo then recompiles
@@ -42,7 +44,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from helpers.observe import differences, more_graphs, run, same
+from helpers.observe import Run, differences, more_graphs, run, same
 from helpers.programs import Call, Program, programs
 
 
@@ -62,11 +64,29 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
+#: Statements in and around loops, some of which break the graph inside the loop (the
+#: frame is given up, from its start where no break comes before the loop's).
+_LOOPED = (
+    "assign",
+    "if",
+    "conditional",
+    "in_place",
+    "store_in_arm",
+    "output",
+    "guard",
+    "loop",
+    "break_in_loop",
+    "paired",
+)
+
 #: Pattern mixes, each aimed at a class of defects; "mixed" draws from every pattern.
 FAMILIES = {
     "branches": programs(("assign", "if", "conditional", "mask")),
     "stores": programs(("assign", "if", "in_place", "store", "store_in_arm"), values=("pure",)),
     "outputs and guards": programs(("assign", "if", "output", "guard", "output_then_guard")),
+    "loops": programs((*_LOOPED, "site_then_break_in_loop"), arm_patterns=_LOOPED).filter(
+        lambda program: "for _i" in program.body
+    ),
     "mixed": programs(),
 }
 
@@ -184,6 +204,29 @@ def test_a_guard_left_by_an_arm_under_dynamic_shapes() -> None:
         grad=False,
     )
     check_resized(program, True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a branch on a host read (x.sum().item() > 1.0) is compared on the device; "
+    "kept (here in a loop), it breaks at the jump on that tensor, where plain breaks at the "
+    ".item() call: TorchDynamo makes a resume function for each arm, and each is given up "
+    "on its first call (3 breaks against 2); without the inner loop, each arm's resume "
+    "compiles a graph where plain's one resume, compiled without operations, ran eagerly",
+)
+def test_a_kept_branch_on_a_host_read_breaks_at_its_jump() -> None:
+    nan = float("nan")
+    program = Program(
+        "for _i in range(2):\n    if x.sum().item() > 1.0:\n        x = x + 1\n"
+        "    for _i in range(2):\n        if x.sum() > t:\n            continue\n"
+        "        return x\nreturn x\n",
+        (
+            Call(((4.0, nan, nan, 0.0), (0.5, 4.0, 0.5, -1.0)), 3.5),
+            Call(((-1.0, 1.0, 0.5, 1.0), (0.0, 2.0, -3.0, 2.0)), 3.5),
+        ),
+        grad=False,
+    )
+    check(program)
 
 
 #: What GraphMend claims to fix: branches whose arms assign mergeable values or call a
@@ -365,6 +408,30 @@ COUNTEREXAMPLES = {
         "x = -x if x.abs().max() < 2.0 else x.sum(0, keepdim=True)\nreturn x\n",
         (_zeros(2, 0.5), _zeros(1, 2.5)),
     ),
+    # deferred, the output left the loop's break first: TorchDynamo gave the whole frame
+    # up, where plain compile, breaking at the output, compiles the frame up to it
+    "output-before-a-break-in-a-loop": Program(
+        "print(tuple(x.shape), x.dtype)\nfor _i in range(2):\n    torch._dynamo.graph_break()\n"
+        "return x\n",
+        STATIC,
+    ),
+    "merged-branch-before-a-break-in-a-loop": Program(
+        "if x.sum() > 0.5:\n    x = x * 2\nfor _i in range(2):\n    k = int(x.abs().sum().item())\n"
+        "    if k > 2:\n        x = x * 2\nreturn x\n",
+        (Call(((1.0, 2.0, 0.0, 0.0),), 0.5), Call(((-1.0, 0.0, 0.0, 0.0),), 0.5)),
+    ),
+    # the frame resumed after the first if (plain's too) gave itself up at the loop's
+    # break; the conditional expression after the loop kept its break as if plain broke
+    # there first, where plain gives the frame up at the if in the loop, which it meets
+    # first: a graph and a break more than plain
+    "a-site-after-a-site-in-a-loop-keeping-its-break": Program(
+        "if x.sum() > t:\n    for _i in range(2):\n        if (x > 0.5).any():\n"
+        "            x = x / 2\n        else:\n            x = x + self.buf.mean()\n"
+        "x = self.lin(x) if x.sum() > t else self.lin(x)\n"
+        "for _i in range(2):\n    torch._dynamo.graph_break()\nreturn self.buf\n",
+        (Call(((4.0, 4.0, 4.0, 4.0), (4.0, 4.0, 4.0, 4.0)), 2.5),),
+        grad=False,
+    ),
     # a merged search no longer stopped the trace: the later break compiled the rest,
     # which plain compile runs eagerly after the search (4 graphs against 3)
     "merged-search-then-a-break": Program(
@@ -467,6 +534,14 @@ def test_differences_sees_each_observable(body: str, field: str) -> None:
     # a raise shows no result, nor which of its tensors share the caller's memory
     alongside = {"result", "shares_memory"} if field == "error" else {"result"}
     assert field in fields and fields <= {field} | alongside, found
+
+
+def test_more_graphs_sees_a_frame_given_up_whole() -> None:
+    """A frame given up from its start, where plain compiles it up to its first break, is
+    reported, though it makes fewer graphs and breaks than plain."""
+    plain = Run([], graphs=2, breaks=3, abandoned=1, forward_compiled=True)
+    assert more_graphs(plain, plain) is None
+    assert more_graphs(plain, replace(plain, graphs=0, breaks=1, forward_compiled=False))
 
 
 def test_same_is_bitwise() -> None:

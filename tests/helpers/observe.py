@@ -54,6 +54,10 @@ class Run:
     graphs: int | None = None
     breaks: int | None = None
     abandoned: int | None = None  # compiles TorchDynamo gave up: the frame ran eagerly
+    # whether the frame of ``forward`` itself (not only a resume function) kept compiled
+    # code: given up whole, it ran in Python, its code before the first break too (a
+    # frame without tensor operations keeps none either)
+    forward_compiled: bool | None = None
 
 
 def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, logging.Logger]:
@@ -96,7 +100,8 @@ def run(
         function = torch.compile(module, backend=counter, fullgraph=fullgraph, dynamic=dynamic)
         observed = [_call(module, function, logger, call, program.grad) for call in program.calls]
         frames = counters["frames"]
-        return Run(observed, counter.frame_count, _breaks(), frames["total"] - frames["ok"])
+        abandoned = frames["total"] - frames["ok"]
+        return Run(observed, counter.frame_count, _breaks(), abandoned, _compiled(module))
     finally:
         del sys.modules[name]
 
@@ -110,6 +115,12 @@ def _breaks() -> int:
     made symbolic, a break it could not resume after)."""
     frames = counters["frames"]
     return len(counters["resumes"]) + frames["total"] - frames["ok"]
+
+
+def _compiled(module: nn.Module) -> bool:
+    """Whether TorchDynamo holds compiled code for the frame of ``module``'s ``forward``."""
+    code = type(module).forward.__code__
+    return bool(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code))
 
 
 def _call(
@@ -250,14 +261,16 @@ def more_graphs(plain: Run, mended: Run) -> str | None:
     Never more graph breaks; never more graphs, except one per break GraphMend
     removed: plain compile makes no graph of a stretch of code without tensor
     operations between two breaks (``print(t)``), while the same stretch without its
-    break is compiled into one.  Not compared where plain compile gave up a frame.
+    break is compiled into one.  Never ``forward``'s frame given up whole where plain
+    compiled its code before the first break (a break in a loop gives the frame up).
+    Graphs and breaks not compared where plain compile ran a frame in Python that
+    GraphMend compiles, in part or whole.
     """
     assert plain.graphs is not None and mended.graphs is not None
     assert plain.breaks is not None and mended.breaks is not None
-    if plain.abandoned:
-        # plain ran that frame eagerly to its end: the code after the failure made
-        # neither graphs nor breaks there, and GraphMend may compile it (under
-        # dynamic=True, where f"{t}" of the symbolic float t fails plain's frame)
+    if plain.forward_compiled and mended.abandoned and not mended.forward_compiled:
+        return "forward's frame given up whole, where plain compiles it up to its first break"
+    if _compiles_what_plain_gives_up(plain, mended):
         return None
     allowed = plain.graphs + max(0, plain.breaks - mended.breaks)
     if mended.breaks > plain.breaks or mended.graphs > allowed:
@@ -266,3 +279,16 @@ def more_graphs(plain: Run, mended: Run) -> str | None:
             f"graphmend {mended.graphs} graphs, {mended.breaks} breaks"
         )
     return None
+
+
+def _compiles_what_plain_gives_up(plain: Run, mended: Run) -> bool:
+    """Whether plain compile ran a frame in Python, to its end, that GraphMend compiles:
+    there the code after what failed plain's frame makes neither graphs nor breaks in
+    plain's run.  Either GraphMend gives up fewer frames (under ``dynamic=True``,
+    ``f"{t}"`` of the symbolic float ``t`` fails plain's frame), or plain gives up
+    ``forward`` whole, at a break in a loop that GraphMend removes, or for one call (a
+    size that turns dynamic), and GraphMend compiles its code up to a break it keeps."""
+    if not plain.abandoned:
+        return False
+    assert mended.abandoned is not None
+    return mended.abandoned < plain.abandoned or not plain.forward_compiled

@@ -6,7 +6,8 @@ A program is the body of ``M.forward(self, x, t)`` inside a fixed module
 Python float that changes from call to call, ``self.lin`` an ``nn.Linear(4, 4)`` and
 ``self.buf`` a registered buffer.  The body is written by :class:`_Writer` from
 *patterns*, one function each in :data:`PATTERNS`: a pattern writes one statement and
-may nest blocks written from the same patterns (``if`` arms, guards), so patterns
+may nest blocks written from the same patterns (``if`` arms, guards, loop bodies: a
+loop may hold a break no rewrite removes, which gives the frame up), so patterns
 compose to any depth up to :data:`MAX_DEPTH`.  Every choice is a Hypothesis draw,
 listed simplest first, so a failing program shrinks to a short one.
 """
@@ -94,6 +95,21 @@ _GUARDS = (
     'if torch.isnan(x).any():\n    raise ValueError(f"nan in {{tuple(x.shape)}}")',
 )
 _GUARD_THRESHOLDS = ("3.0", "1.0", "5.0")
+#: Breaks no rewrite removes, each breaking inside the loop it is written in, which makes
+#: TorchDynamo give the whole frame up: an explicit break (on some values of ``t``), and
+#: a number read from a tensor (``int(...item())``) that a Python branch tests.  (Not
+#: ``if x.sum().item() > c``: test_properties'
+#: ``test_a_kept_branch_on_a_host_read_breaks_at_its_jump``.)
+_LOOP_BREAKS = (
+    "torch._dynamo.graph_break()",
+    "k = int(x.abs().sum().item())\nif k > 2:\n    x = x * 2",
+    "if t > 2.0:\n    torch._dynamo.graph_break()",
+)
+#: Loop headers: a fixed count, and one read from the input's size (a size that turns
+#: dynamic is specialized by the loop).
+_LOOP_HEADERS = ("for _i in range(2):", "for _i in range(x.shape[0]):")
+#: Patterns that open a GraphMend site before a loop that breaks.
+_SITES = ("if", "conditional", "output", "guard", "store_in_arm")
 #: Kinds of tensor values an assignment or an arm computes.
 VALUE_KINDS = ("pure", "linear", "unmergeable")
 _RETURNS = ("x", "x + 1", "x.to(torch.int64)", "self.buf", "(x, self.buf)", "{lin}")
@@ -216,12 +232,13 @@ class _Writer:
             return expression
         return self.pick(_EXPRESSIONS)
 
-    def block(self, depth: int, *, top: bool = False) -> list[str]:
-        """Statements for a function body (``top``) or an arm; an arm may end in ``return``."""
+    def block(self, depth: int, *, top: bool = False, returns: bool = True) -> list[str]:
+        """Statements for a function body (``top``) or an arm; an arm may end in ``return``
+        (unless not ``returns``: one that code follows)."""
         count = self.draw(st.integers(1, 4 if top else 2))
         lines: list[str] = []
         for _ in range(count):
-            if self.returns and not top and self.draw(st.integers(0, 5)) == 5:
+            if self.returns and returns and not top and self.draw(st.integers(0, 5)) == 5:
                 lines.append(f"return {self.returned()}")
                 return lines
             pattern = PATTERNS[self.pick(self.patterns if top else self.arm_patterns)]
@@ -322,6 +339,48 @@ def _output_then_guard(writer: _Writer, depth: int) -> list[str]:
     return _output(writer, depth) + _guard(writer, depth)
 
 
+def _loop(writer: _Writer, depth: int) -> list[str]:
+    """``for _i in range(2):`` around a block of any pattern (TorchDynamo unrolls it; a
+    break inside it gives the whole frame up), which a tensor ``if`` may first leave
+    (``break``) or skip (``continue``)."""
+    if depth >= MAX_DEPTH:
+        return [f"x = {writer.value()}"]
+    lines = writer.block(depth + 1)
+    leave = writer.pick(("", "break", "continue"))
+    if leave:
+        lines = [f"if {writer.condition()}:", f"    {leave}", *lines]
+    return [_loop_header(writer, depth), *_indented(lines)]
+
+
+def _loop_header(writer: _Writer, depth: int) -> str:
+    """A loop's header; one counting the input's rows only outside other blocks (nested,
+    it would multiply the rows a ``torch.cat`` inside doubles)."""
+    return writer.pick(_LOOP_HEADERS if depth == 0 else _LOOP_HEADERS[:1])
+
+
+def _break_in_loop(writer: _Writer, depth: int) -> list[str]:
+    """A loop holding a break no rewrite removes (:data:`_LOOP_BREAKS`), before or after a
+    block of any pattern, or alone."""
+    broken = writer.pick(_LOOP_BREAKS).format(c=writer.pick(_THRESHOLDS)).splitlines()
+    where = writer.pick(("alone", "after", "before"))
+    alone = where == "alone" or depth >= MAX_DEPTH
+    block = [] if alone else writer.block(depth + 1, returns=where == "before")
+    lines = block + broken if where == "after" else broken + block
+    return [_loop_header(writer, depth), *_indented(lines)]
+
+
+def _site_then_break_in_loop(writer: _Writer, depth: int) -> list[str]:
+    """A site GraphMend rewrites (:data:`_SITES`), then a loop that breaks: plain compile
+    breaks at the site first and compiles what precedes it."""
+    return PATTERNS[writer.pick(_SITES)](writer, depth) + _break_in_loop(writer, depth)
+
+
+def _paired(writer: _Writer, depth: int) -> list[str]:
+    """A view pairing rows, which fails for an odd number of rows, eagerly and while
+    tracing (a failed trace after a site)."""
+    return [f"x = x.reshape(-1, {2 * COLUMNS}).reshape(-1, {COLUMNS})"]
+
+
 Pattern = Callable[[_Writer, int], list[str]]
 
 #: Every pattern by name, simplest first (a failing program shrinks towards the first).
@@ -337,6 +396,10 @@ PATTERNS: dict[str, Pattern] = {
     "output": _output,
     "guard": _guard,
     "output_then_guard": _output_then_guard,
+    "loop": _loop,
+    "break_in_loop": _break_in_loop,
+    "site_then_break_in_loop": _site_then_break_in_loop,
+    "paired": _paired,
 }
 
 

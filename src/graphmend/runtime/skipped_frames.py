@@ -11,9 +11,11 @@ decoder's layer loop, whose layer drop reads ``torch.rand([])``) leaves the brea
 the loop first: the whole frame is given up, and what plain compile held in one graph
 becomes graphs of the functions it calls (NLLB-MoE's decoder with gradient
 checkpointing: 6 graphs where plain compiles 5).  So when the tracing of a frame ends
-that way, the analysis restarts with the first site opened outside any loop keeping
-its break (:meth:`attempts.Site.keep_break`): the frame breaks where plain compile
-breaks, and the rest of it is traced as plain compile traces it.  torch 2.13 gives
+that way, the analysis restarts with the first site opened keeping its break
+(:meth:`attempts.Site.keep_break`): the frame breaks where plain compile breaks, and
+the rest of it is traced as plain compile traces it.  Unless that site stands in a
+loop: there plain compile gives the whole frame up too, and so does GraphMend (a
+later site keeping its break would add a graph and a break).  torch 2.13 gives
 a frame up in the same way for a break inside a generator it inlines (``next(gen)``).
 
 The same holds where the tracing fails (a shape mismatch found on fake tensors, an
@@ -58,14 +60,15 @@ def in_a_loop(output: Any) -> bool:
 def keep_first_break_if_frame_lost(root: Any, error: BaseException) -> None:
     """Called with the error that ends the tracing of the frame ``root``: where it is
     TorchDynamo giving the whole frame up, restart the analysis, the first site opened
-    outside loops keeping its break; where it fails the compile, the first site opened.
+    keeping its break unless it stands in a loop; where it fails the compile, the first
+    site opened.
     Not under ``fullgraph=True``, where the break fails the compile either way."""
     if _gives_frame_up(error):
         reason = (
             "a graph break later in the frame gives the frame up, where plain compile, "
             "breaking here first, compiles the code before it"
         )
-        sites = [site for site, outside_loops in _opened(root) if outside_loops]
+        sites = _opened_before_a_loop(root)
     elif _fails_the_compile(error):
         reason = (
             f"tracing failed after it ({type(error).__name__}), where plain compile, "
@@ -83,6 +86,19 @@ def keep_first_break_if_frame_lost(root: Any, error: BaseException) -> None:
 def _opened(root: Any) -> list[tuple[Any, bool]]:
     """The sites opened on the graph the frame ``root`` traces (:func:`note_opened`)."""
     return getattr(getattr(root, "output", None), _OPENED_SITES, [])
+
+
+def _opened_before_a_loop(root: Any) -> list[Any]:
+    """The sites opened on the graph the frame ``root`` traces before the first one in a
+    loop: plain compile breaks first at the first site opened, and there, in a loop, it
+    gives the whole frame up too (a later site keeping its break would add a graph and
+    a break that plain compile does not make)."""
+    sites = []
+    for site, outside_loops in _opened(root):
+        if not outside_loops:
+            break
+        sites.append(site)
+    return sites
 
 
 def _fails_the_compile(error: BaseException) -> bool:
