@@ -46,7 +46,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from graphmend.runtime import attempts, callers, cond_results
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.in_place import storages_of, updated_uncounted
+from graphmend.runtime.in_place import example_of, storages_of, updated_uncounted
 
 
 @dataclass
@@ -337,7 +337,7 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
 
     A subgraph's inputs are its operands in order; TorchDynamo 2.5 gives them no fake
     tensor of their own, and traces the branch on the operands' own."""
-    operands = [_example_of(node) for node in cond.args[-1]]
+    operands = [example_of(node) for node in cond.args[-1]]
     returned: list[torch.Tensor] = []
     for branch in cond.args[1:3]:
         graph = output.nn_modules[branch.target].graph
@@ -351,8 +351,8 @@ def returned_operands(output: Any, cond: torch.fx.Node) -> list[torch.Tensor]:
             return [operand for operand in operands if operand is not None]
         # a result a merge made in the branch stands for what that merge's branches give
         aliased = storages_of(_standing_for(_examples(sources), _merges(output)))
-        inputs = [(_example_of(node), operands[i]) for i, node in enumerate(placeholders)]
-        inputs += [(_example_of(node), None) for node in constants]
+        inputs = [(example_of(node), operands[i]) for i, node in enumerate(placeholders)]
+        inputs += [(example_of(node), None) for node in constants]
         for own, operand in inputs:
             candidates = [tensor for tensor in (own, operand) if tensor is not None]
             if storages_of(candidates) & aliased:
@@ -371,7 +371,7 @@ def results_share_memory(output: Any, cond: torch.fx.Node) -> bool:
         sources = [_copied(node) for node in results if isinstance(node, torch.fx.Node)]
         if any("example_value" not in node.meta for node in sources):
             return True  # cannot tell
-        tensors = [tensor for tensor in map(_example_of, sources) if tensor is not None]
+        tensors = [tensor for tensor in map(example_of, sources) if tensor is not None]
         if any(_may_share_an_element([t], tensors[i + 1 :]) for i, t in enumerate(tensors)):
             return True
     return False
@@ -422,11 +422,6 @@ def _copied(node: Any) -> Any:
     return node
 
 
-def _example_of(node: Any) -> torch.Tensor | None:
-    value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
-    return value if isinstance(value, torch.Tensor) else None
-
-
 def _proxies(variables: Iterable[Any]) -> list[Any]:
     return [
         leaf
@@ -437,8 +432,8 @@ def _proxies(variables: Iterable[Any]) -> list[Any]:
 
 
 def _examples(nodes: Iterable[Any]) -> list[torch.Tensor]:
-    return [tensor for tensor in map(_example_of, nodes) if tensor is not None]
+    return [tensor for tensor in map(example_of, nodes) if tensor is not None]
 
 
 def _example(proxy: Any) -> torch.Tensor | None:
-    return _example_of(proxy.node) if isinstance(proxy, torch.fx.Proxy) else None
+    return example_of(proxy.node) if isinstance(proxy, torch.fx.Proxy) else None

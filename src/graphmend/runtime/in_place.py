@@ -4,7 +4,10 @@ GraphMend tells whether the graph being traced updated a tensor in place from th
 version counter of its fake tensor, which a traced in-place operation bumps, a view's
 and its base's alike.  Two kinds of update escape it: one through ``t.data``, a tensor
 sharing ``t``'s memory with a version counter of its own, and, on torch 2.5, one by
-index (``t[0] = v``), which TorchDynamo does not run on the fake tensor.
+index (``t[0] = v``), which TorchDynamo does not run on the fake tensor
+(:func:`updated_uncounted`).  torch 2.5's ``torch.cond`` lets such an update of an
+operand through, so a branch's graph is read for them as written
+(:func:`updates_an_input`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ def updated_uncounted(nodes: Iterable[torch.fx.Node], tensors: Iterable[torch.Te
     storages = storages_of(tensors)
     for node in nodes:
         if node.target is torch._C._autograd._get_data_attr:
-            value = _example(node)
+            value = example_of(node)
             updated = value is not None and value._version != 0
         else:
-            value = _example(node.args[0]) if node.target is operator.setitem else None
+            value = example_of(node.args[0]) if node.target is operator.setitem else None
             updated = value is not None
         if updated and storages_of([value]) & storages:
             return True
@@ -121,6 +124,7 @@ def storages_of(tensors: Iterable[object]) -> set[StorageWeakRef]:
     }
 
 
-def _example(node: object) -> torch.Tensor | None:
+def example_of(node: object) -> torch.Tensor | None:
+    """The fake tensor ``node`` (a graph's) computes, or ``None``."""
     value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
     return value if isinstance(value, torch.Tensor) else None
