@@ -283,6 +283,7 @@ def _zeros(rows: int, t: float) -> Call:
 #: Two calls: ``t`` changes (a SymFloat), then the row count (a dynamic size).
 CHANGING = (_zeros(1, 0.5), _zeros(2, 1.5))
 STATIC = (_zeros(1, 0.5), _zeros(1, 1.5))
+_NAN = float("nan")
 
 #: Minimal failing programs for :func:`check`, named after their defect (issue 9, issue
 #: 10's item numbers): the programs the issues report, in this module's terms, and those
@@ -493,6 +494,20 @@ DYNAMIC_COUNTEREXAMPLES = {
         "    if x.norm() > 1.0:\n        x.add_(1)\nreturn x\n",
         (Call(((-1.0, -3.0, 2.0, 2.0),), 1.5),),
         grad=False,
+    ),
+    # the same failed trace in both, its message naming the symbolic sizes otherwise
+    # (s77 and s83): TorchDynamo numbers them in the order a trace makes them
+    "a-failed-trace-naming-sizes": Program(
+        'print(tuple(x.shape), x.dtype)\nif (x > 5.0).any():\n    raise ValueError(f"bad t={t}")\n'
+        "x = x.reshape(-1, 8).reshape(-1, 4)\nfor _i in range(2):\n    if x.norm() > 2.0:\n"
+        '        break\n    if (x > 5.0).any():\n        raise ValueError(f"bad t={t}")\n'
+        "    return x + 1\nx = x + self.buf\nreturn x\n",
+        (
+            Call(((-3.0, 2.0, _NAN, 0.5), (0.5, -1.0, _NAN, 1.0)), 3.5, "gaps"),
+            Call(
+                ((1.0, -1.0, -3.0, 0.0), (1.0, 0.0, 1.0, _NAN), (0.0, 2.0, 1.0, 0.5)), 1.5, "gaps"
+            ),
+        ),
     ),
 }
 

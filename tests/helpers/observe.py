@@ -7,6 +7,7 @@ import contextlib
 import io
 import itertools
 import logging
+import re
 import sys
 import types
 import warnings
@@ -123,6 +124,13 @@ def _compiled(module: nn.Module) -> bool:
     return bool(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code))
 
 
+def _without_symbol_names(message: str) -> str:
+    """``message`` with TorchDynamo's names of symbolic sizes (``s77``, ``u0``) made one:
+    it numbers them in the order a trace makes them, so a trace that made other symbols
+    first names the same size otherwise."""
+    return re.sub(r"\b[su]\d+\b", "s?", message)
+
+
 def _call(
     module: nn.Module, function: Any, logger: logging.Logger, call: Call, grad: bool
 ) -> Observed:
@@ -135,7 +143,7 @@ def _call(
             buffers = [buffer for _, buffer in module.named_buffers()]
             result, shares = _clone(output), _sharing(_tensors(output), [x, *buffers])
         except Exception as exception:
-            error = (type(exception).__name__, str(exception))
+            error = (type(exception).__name__, _without_symbol_names(str(exception)))
     state = {name: value.detach().clone() for name, value in module.named_buffers()}
     return Observed(result, error, x.clone(), state, _merge_prints(events), shares)
 
