@@ -153,8 +153,10 @@ def pinned_around_a_loop(tracer: Any) -> str | None:
     again for every size.  Not where the frame must be one graph: there a break fails
     the call, and recompiling for each size is the lesser cost."""
     shape_env = tracer.output.shape_env
-    guard = None if shape_env is None else pinned_size(shape_env.guards)
-    if guard is None or must_be_one_graph(tracer) or not in_a_loop(tracer.output):
+    if shape_env is None or must_be_one_graph(tracer):
+        return None
+    guard = pinned_size(shape_env.guards)
+    if guard is None or not in_a_loop(tracer.output):
         return None
     return (
         f"in a loop of a frame whose trace pins a dynamic size to one size ({guard}): "

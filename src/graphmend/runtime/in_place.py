@@ -23,17 +23,16 @@ def updated_uncounted(nodes: Iterable[torch.fx.Node], tensors: Iterable[torch.Te
     """Whether one of ``nodes`` updates in place, uncounted by their version counters, a
     tensor sharing memory with one of ``tensors`` (fake): through its ``.data``
     (``y.data.add_(1)``) or by index (``y[0] = v``)."""
-    storages = storages_of(tensors)
+    updated = []
     for node in nodes:
         if node.target is torch._C._autograd._get_data_attr:
             value = example_of(node)
-            updated = value is not None and value._version != 0
-        else:
-            value = example_of(node.args[0]) if node.target is operator.setitem else None
-            updated = value is not None
-        if updated and storages_of([value]) & storages:
-            return True
-    return False
+            if value is not None and value._version != 0:
+                updated.append(value)
+        elif node.target is operator.setitem:
+            updated.append(example_of(node.args[0]))
+    # the storages of ``tensors`` (a model's parameters, say) only where a node updates
+    return bool(updated) and bool(storages_of(updated) & storages_of(tensors))
 
 
 #: Tensor methods and ``torch`` functions whose result is a view of their first argument
