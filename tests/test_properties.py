@@ -47,8 +47,14 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from graphmend.runtime import dynamo_support
 from helpers.observe import Run, differences, more_graphs, run, same
 from helpers.programs import Call, Program, programs
+
+#: Where TorchDynamo pins Python floats to their values (``specialize_float``, torch
+#: 2.5's default): a guard whose message formats a name keeps its break there
+#: (``runtime.traps.names_formattable``), and ``t`` never turns symbolic.
+FLOATS_PINNED = bool(torch._dynamo.config.specialize_float)
 
 #: The variable that scales the runs (and draws new programs each run).
 _SCALE = "GRAPHMEND_PROPERTY_EXAMPLES"
@@ -214,8 +220,10 @@ def test_a_guard_left_by_an_arm_under_dynamic_shapes() -> None:
 
 
 @pytest.mark.xfail(
+    dynamo_support.torch_release(torch.__version__) >= (2, 13),
     strict=True,
-    reason="a branch on a host read (x.sum().item() > 1.0) is compared on the device; "
+    reason="(seen on torch 2.13; on 2.5 both break at the same places) "
+    "a branch on a host read (x.sum().item() > 1.0) is compared on the device; "
     "kept (here in a loop), it breaks at the jump on that tensor, where plain breaks at the "
     ".item() call: TorchDynamo makes a resume function for each arm, and each is given up "
     "on its first call (3 breaks against 2); without the inner loop, each arm's resume "
@@ -237,6 +245,7 @@ def test_a_kept_branch_on_a_host_read_breaks_at_its_jump() -> None:
 
 
 @pytest.mark.xfail(
+    not FLOATS_PINNED,
     strict=True,
     reason="found by a scaled run, not reduced yet: under dynamic=True GraphMend counts one "
     "break more than plain (2 against 1, the same 2 graphs) where a warning keeps its break "
@@ -296,7 +305,10 @@ def _claimed(body: str) -> bool:
     guards = [body.rfind(guard) for guard in _GUARDS if guard in body]
     output_before_a_guard = bool(outputs and guards) and min(outputs) < max(guards)
     reads_t = "> t" in body or "* t" in body
-    return not output_before_a_guard and not ("self.lin" in body and reads_t)
+    guard_formats_t = FLOATS_PINNED and any(
+        guard in line and "{t}" in line for line in body.splitlines() for guard in _GUARDS
+    )
+    return not (output_before_a_guard or guard_formats_t or ("self.lin" in body and reads_t))
 
 
 @PROPERTY
@@ -546,8 +558,20 @@ def test_dynamic_counterexample(program: Program) -> None:
     check(program, dynamic=True)
 
 
+#: Those whose guard message formats ``t``: where floats are pinned, the guard keeps
+#: its break (README, Known limits), so ``fullgraph=True`` fails as plainly.
+_FORMATS_T_IN_A_GUARD = pytest.mark.xfail(
+    FLOATS_PINNED, strict=True, reason="a guard message formatting t keeps its break"
+)
+
+
 @pytest.mark.parametrize(
-    "program", FULLGRAPH_COUNTEREXAMPLES.values(), ids=FULLGRAPH_COUNTEREXAMPLES
+    "program",
+    [
+        pytest.param(program, marks=() if _claimed(program.body) else _FORMATS_T_IN_A_GUARD)
+        for program in FULLGRAPH_COUNTEREXAMPLES.values()
+    ],
+    ids=FULLGRAPH_COUNTEREXAMPLES,
 )
 def test_fullgraph_counterexample(program: Program) -> None:
     check_fullgraph(program)

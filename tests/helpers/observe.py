@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch._dynamo
 from torch import nn
+from torch._dynamo.resume_execution import ContinueExecutionCache
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
@@ -115,7 +116,17 @@ def _breaks() -> int:
     and each compile TorchDynamo gave up (its frame ran eagerly: ``f"{t}"`` of a float
     made symbolic, a break it could not resume after)."""
     frames = counters["frames"]
-    return len(counters["resumes"]) + frames["total"] - frames["ok"]
+    return len(_resume_functions()) + frames["total"] - frames["ok"]
+
+
+def _resume_functions() -> set[str]:
+    """The names of the resume functions made since ``torch._dynamo.reset()``, one per
+    place a compile broke: TorchDynamo 2.13 counts them (``counters["resumes"]``), 2.5
+    does not, and only its cache of them (by the code they resume, then by the break's
+    state; an ``ExactWeakKeyDictionary``, whose ``values`` is a dict) holds them."""
+    made = ContinueExecutionCache.cache.values
+    cached = {code.co_name for by_state in made.values() for code in by_state.values()}
+    return cached | set(counters["resumes"])
 
 
 def _compiled(module: nn.Module) -> bool:
