@@ -340,39 +340,30 @@ class _Plan:
         for index, value in enumerate(self.values):
             expr = value.expr
             if not value.consumed_at_call:
-                expr = self._capture_checked(index, held[index], checks)
+                expr = self._capture_checked(index, expr, held[index], checks)
             if needs_temporaries and index < len(self.values) - 1:
                 temporary = fresh_name("arg")
                 statements.append(ast.Assign(targets=[store(temporary)], value=expr))
                 expr = load(temporary)
             if value.consumed_at_call:
-                expr = runtime_call("capture", expr)
+                expr = self._capture_checked(index, expr, held[index], checks)
             captured.append(ast.Starred(value=expr, ctx=ast.Load()))
         call = ast.Call(func=load(function_name), args=captured, keywords=[])
         statements.append(ast.Expr(call))
         return statements
 
     def _capture_checked(
-        self, index: int, held: str, checks: list[tuple[ast.expr, int]]
+        self, index: int, expr: ast.expr, held: str, checks: list[tuple[ast.expr, int]]
     ) -> ast.expr:
-        """``capture(value)``; ``capture((held := value), <checks due>)`` for a value a
-        format check needs: bound for the checks, and not carried where one made once it
-        is captured (the last value it needs) fails."""
-        value = self.values[index]
-        if not self._needed(index):
-            return runtime_call("capture", value.expr)
-        bound = ast.NamedExpr(target=store(held), value=value.expr)
+        """``capture((held := expr), carriable(held) and <checks due>)``: bound for the
+        checks, and not carried where TorchDynamo could not carry it as it is (a copy of a
+        tensor that requires grad prints its own ``grad_fn``) or where a check made once
+        it is captured (the last value the check needs) fails."""
+        bound = ast.NamedExpr(target=store(held), value=copy.deepcopy(expr))
         due = [check for check, last in checks if last == index]
-        if not due:
-            return runtime_call("capture", bound)
-        carried = due[0] if len(due) == 1 else ast.BoolOp(op=ast.And(), values=due)
-        return runtime_call("capture", bound, carried)
-
-    def _needed(self, index: int) -> bool:
-        """Whether a format check needs the value at ``index``."""
-        return self.values[index].field is not None or any(
-            index in check.operands for check in self.format_checks
-        )
+        carried = [runtime_call("carriable", load(held)), *due]
+        test = carried[0] if len(carried) == 1 else ast.BoolOp(op=ast.And(), values=carried)
+        return runtime_call("capture", bound, test)
 
     def checked_first(self) -> bool:
         """Whether every value may be evaluated before any is captured: nothing evaluated
