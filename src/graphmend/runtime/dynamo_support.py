@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import re
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -101,12 +102,19 @@ class _RefusedCalls(list):  # type: ignore[type-arg]
 def never_compiled(function: Callable[..., Any]) -> None:
     """Called after the graph from compiled code, a function's own frame would be handed
     to TorchDynamo to compile (and fail on the call it makes, or on ``int()`` of a
-    carried number: torch 2.5 compiles it with the graph's ``fullgraph``)."""
+    carried number: torch 2.5 compiles it with the graph's ``fullgraph``, and refuses a
+    generator expression's frame there).  The code it holds (a generator expression's,
+    a comprehension's) is skipped too."""
     from torch._dynamo import eval_frame
 
     skip_code = getattr(eval_frame, "skip_code", None)
-    if skip_code is not None:
-        skip_code(function.__code__)
+    if skip_code is None:
+        return
+    codes = [function.__code__]
+    while codes:
+        code = codes.pop()
+        skip_code(code)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
 
 
 def on_failed_trace(handler: Callable[[Any, BaseException], None]) -> None:
