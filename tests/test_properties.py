@@ -200,6 +200,29 @@ def test_resized_counterexample(program: Program) -> None:
 
 @pytest.mark.xfail(
     strict=True,
+    reason="the `in` site merges in the resume function's first, static compile (one "
+    "graph where plain, unable to resume after the host read of Tensor.__contains__, "
+    "gives that frame up); the next size recompiles it, tracing x[1:] pins the dynamic "
+    "size (Eq(s77 - 1, 1)), the site keeps its break and the frame is given up as "
+    "plainly: the first compile's graph stays counted, 3 graphs against 2 over the two "
+    "calls (found by the property on torch 2.5; the same on 2.13)",
+)
+def test_a_site_merged_at_one_size_then_kept_adds_the_first_graph() -> None:
+    nan = float("nan")
+    program = Program(
+        "if x.abs().max() < 0.0:\n    x = x.sum(0, keepdim=True)\nelse:\n    x = x.double()\n"
+        "if -1.0 in x:\n    y = x[1:] * 2\n    x = x + y.sum()\nreturn x + 1\n",
+        (
+            Call(((0.5, 2.0, 2.0, 2.0), (nan, 0.0, 4.0, 4.0), (-1.0, 4.0, 0.0, 1.0)), 0.5),
+            Call(((nan, 2.0, 4.0, -3.0), (1.0, 0.5, -3.0, -3.0)), 0.5),
+        ),
+        grad=False,
+    )
+    check_resized(program, None)
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="under dynamic=True, tracing the arm x[1:] * 2 guards ((-1) + x.size()[0]) != 1 "
     "(infer_size); the site keeps its break (a pinned size, Eq(s0 - 1, 1)) but the guard "
     "stays on the frame's first graph, which plain compile never guards (it traces the arm "

@@ -100,10 +100,15 @@ def run(
         counters.clear()
         counter = CompileCounter()
         function = torch.compile(module, backend=counter, fullgraph=fullgraph, dynamic=dynamic)
-        observed = [_call(module, function, logger, call, program.grad) for call in program.calls]
+        with _frames_skipped_at_a_loop() as skipped:
+            observed = [
+                _call(module, function, logger, call, program.grad) for call in program.calls
+            ]
         frames = counters["frames"]
-        abandoned = frames["total"] - frames["ok"]
-        return Run(observed, counter.frame_count, _breaks(), abandoned, _compiled(module))
+        abandoned = frames["total"] - frames["ok"] + len(skipped)
+        return Run(
+            observed, counter.frame_count, _breaks() + len(skipped), abandoned, _compiled(module)
+        )
     finally:
         del sys.modules[name]
 
@@ -117,6 +122,32 @@ def _breaks() -> int:
     made symbolic, a break it could not resume after)."""
     frames = counters["frames"]
     return len(_resume_functions()) + frames["total"] - frames["ok"]
+
+
+@contextlib.contextmanager
+def _frames_skipped_at_a_loop() -> Iterator[list[str]]:
+    """The frames TorchDynamo 2.5 gives up at a break inside a loop, which it counts
+    as compiled (``frames["ok"]``) and only logs (2.13 counts them as failed)."""
+    skipped: list[str] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith(_SKIPPED_AT_A_LOOP):
+                skipped.append(record.getMessage())
+
+    logger = logging.getLogger("torch._dynamo.symbolic_convert")
+    handler, level = Handler(logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield skipped
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+#: What TorchDynamo 2.5 logs where it gives a frame up at a break in a loop.
+_SKIPPED_AT_A_LOOP = "Skipping frame because there is a graph break in a for/while loop"
 
 
 def _resume_functions() -> set[str]:
