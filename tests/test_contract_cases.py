@@ -19,15 +19,14 @@ import torch
 
 from graphmend.findings import Decision
 from graphmend.pipeline import compile_module, rewrite
+from helpers.modules import run_as_module
 
 
 def _modules(source: str) -> tuple[dict[str, Any], dict[str, Any], tuple]:
     source = textwrap.dedent(source)
-    original: dict[str, Any] = {"__name__": "gm_original"}
-    exec(compile(source, "<original>", "exec"), original)
+    original = run_as_module(compile(source, "<original>", "exec"), "gm_original")
     result = rewrite(source, "<rewritten>", {"predicate", "trap", "defer"})
-    rewritten: dict[str, Any] = {"__name__": "gm_rewritten"}
-    exec(compile_module(result.tree, "<rewritten>"), rewritten)
+    rewritten = run_as_module(compile_module(result.tree, "<rewritten>"), "gm_rewritten")
     return original, rewritten, result.findings
 
 

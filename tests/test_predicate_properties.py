@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graphmend.pipeline import compile_module, rewrite
+from helpers.modules import run_as_module
 from test_predicate import bitwise_equal
 
 CONDITIONS = [
@@ -61,7 +62,6 @@ def programs(draw) -> str:
 
 def _load(source: str, rewritten: bool) -> tuple[types.FunctionType, bool]:
     """The generated function, and whether every candidate site was rewritten."""
-    namespace: dict[str, object] = {"__name__": "gm_generated"}
     everything_rewritten = True
     if rewritten:
         result = rewrite(source, "<generated>", {"predicate"})
@@ -69,8 +69,7 @@ def _load(source: str, rewritten: bool) -> tuple[types.FunctionType, bool]:
         code = compile_module(result.tree, "<generated>")
     else:
         code = compile(source, "<generated>", "exec")
-    exec(code, namespace)
-    return namespace["f"], everything_rewritten  # type: ignore[return-value]
+    return run_as_module(code, "gm_generated")["f"], everything_rewritten  # type: ignore[return-value]
 
 
 inputs = st.lists(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
+from typing import Any
 
 from graphmend.activation import install_config
 from graphmend.config import ALL_REWRITES, Config
@@ -36,6 +38,19 @@ def import_plain(directory: Path, name: str, source: str) -> ModuleType:
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(directory))
+
+
+def run_as_module(code: CodeType, stem: str) -> dict[str, Any]:
+    """Run ``code`` as a module of its own, registered in ``sys.modules`` under a new name
+    made from ``stem`` (TorchDynamo 2.5 imports a traced function's module by name), and
+    return its namespace."""
+    module = ModuleType(f"{stem}_{next(_run_modules)}")
+    sys.modules[module.__name__] = module
+    exec(code, module.__dict__)
+    return module.__dict__
+
+
+_run_modules = itertools.count()
 
 
 #: A module with one site of each rewrite: a predicated branch (T1), a lowered guard
