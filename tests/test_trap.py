@@ -997,3 +997,27 @@ def test_a_guard_failing_with_other_arguments_adds_no_graphs(load_both):
     calls = [(x, mask), (-x, None), (-x, mask.double())]
     outcomes = _same_outcomes_in_no_more_graphs(plain.M(), mended.M(), calls)
     assert outcomes == ["ok", ValueError, ValueError]
+
+
+NUMBER_READ_ASSERT = """
+import torch
+
+def f(x):
+    assert int(x.sum()) > 0
+    return x + 1
+"""
+
+
+def test_an_assert_on_a_number_read_from_a_tensor_compiles_where_the_original_does(load_both):
+    # Where TorchDynamo captures the number (fullgraph=True on torch 2.13), the comparison
+    # is symbolic and the assert it keeps becomes a runtime check.  The kept guard took
+    # its truth itself (`not`, `bool` in GraphMend's runtime): a data-dependent guard,
+    # and fullgraph=True failed where the original compiles.
+    plain, rewritten = load_both(NUMBER_READ_ASSERT)
+    outcomes = []
+    for function in (plain.f, rewritten.f):
+        torch._dynamo.reset()
+        compiled = torch.compile(function, backend="eager", fullgraph=True)
+        kind, value = _listed(_outcome(compiled, torch.ones(3)))
+        outcomes.append((kind, value if kind == "ok" else None))  # torch 2.5: both fail
+    assert outcomes[1] == outcomes[0]

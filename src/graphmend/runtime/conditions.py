@@ -50,9 +50,12 @@ def truth(value: torch.Tensor) -> torch.Tensor:
 
 
 def not_(value: Any) -> Any:
-    """``not value``."""
+    """``not value``.  A symbolic boolean (a comparison of a number read from a tensor)
+    stays symbolic: its truth is read where the original reads it, not here."""
     if is_scalar_tensor(value):
         return torch.logical_not(truth(value))
+    if not isinstance(value, torch.Tensor) and symbolic_while_tracing(value):
+        return torch.sym_not(value)
     return not value
 
 

@@ -248,7 +248,9 @@ def _lowerable(condition: Any, *earlier: Any) -> bool:
         return False
     if is_scalar_tensor(condition):
         return True
-    return bool(condition) and any(is_scalar_tensor(value) for value in earlier)
+    # a Python condition, after tensor ones: its truth is read only then (a symbolic
+    # one, a number read from a tensor, is read where the original reads it)
+    return any(is_scalar_tensor(value) for value in earlier) and bool(condition)
 
 
 def names_formattable() -> bool:
