@@ -808,3 +808,47 @@ def test_a_rest_updating_its_argument_updates_the_callers_tensor(load_both, back
                 seen.append((compiled(x).tolist(), x.tolist()))
         outcomes.append(seen)
     assert outcomes[1] == outcomes[0]
+
+
+DRAWS_RANDOM_NUMBERS = """
+import torch
+import torch.nn.functional as F
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x, mask):
+        if torch.any(~mask.bool()):
+            mask = mask.bool()
+        else:
+            mask = None
+        y = F.dropout(self.proj(x), 0.5, training=True)
+        if mask is not None:
+            y = y * mask
+        return y
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_rest_drawing_random_numbers_draws_what_the_original_draws(load_both, backend) -> None:
+    # torch 2.5's torch.cond, given an operand that requires grad (the Linear's weight)
+    # even with grad disabled, traced both branches again at each call: the branch not
+    # taken drew its dropout mask too, and the one taken got other random numbers
+    plain, mended = (module.Model() for module in load_both(DRAWS_RANDOM_NUMBERS))
+    mended.load_state_dict(plain.state_dict())
+    masks = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1]]), torch.ones(2, 4, dtype=torch.long)
+    for mask in masks:
+        outcomes = []
+        for model in (plain, mended):
+            torch._dynamo.reset()
+            counter = CompileCounterWithBackend(backend)
+            compiled = torch.compile(model, backend=counter)
+            torch.manual_seed(1)
+            with torch.no_grad():
+                outcomes.append((compiled(X, mask), torch.rand(3), counter.frame_count))
+        (plain_y, plain_next, plain_graphs), (mended_y, mended_next, mended_graphs) = outcomes
+        assert torch.equal(mended_y, plain_y)
+        assert torch.equal(mended_next, plain_next)  # no more random numbers drawn
+        assert (plain_graphs, mended_graphs) == (2, 1)  # the rest runs under torch.cond

@@ -20,6 +20,7 @@ looked up defensively, so that on another release the site keeps its break.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -200,6 +201,8 @@ def _given_back(
             return _SHARED, None
         for cond in conds:
             cond_layout.pin_operands(tracer.output.graph, cond, versions)
+            if _TRACES_BRANCHES_AT_EACH_CALL:
+                _detach_operands(tracer.output.graph, cond)
         if returned and not aliasing.record(tracer, site, aliasing.fakes(result), returned):
             return "this torch release cannot check how its results alias", None
         layouts = cond_results.layouts(tracer.output, conds)
@@ -237,6 +240,31 @@ _SHARED = (
 def _updates_an_operand(output: Any, cond: Any) -> bool:
     """Whether a branch of ``cond``, just traced, may update an operand in place."""
     return any(updates_an_input(output.nn_modules[branch.target]) for branch in cond.args[1:3])
+
+
+#: Whether this torch's ``torch.cond`` traces both branches again at each call when an
+#: operand requires grad, even with grad disabled (torch 2.5's ``cond_autograd`` builds
+#: their forward and backward graphs first, on the real tensors): the branch not taken
+#: runs too, drawing random numbers (dropout) the original never draws.
+_TRACES_BRANCHES_AT_EACH_CALL = hasattr(
+    importlib.import_module("torch._higher_order_ops.cond"), "create_fw_bw_graph_branches"
+)
+
+
+def _detach_operands(graph: Any, cond: Any) -> None:
+    """Hand ``cond`` its operands that require grad (a module's parameters the branches
+    read) detached: it is captured only where grad is disabled, where nothing else
+    changes."""
+    operands = cond.args[-1]
+    detached = {}
+    with graph.inserting_before(cond):
+        for operand in operands:
+            value = getattr(operand, "meta", {}).get("example_value")
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                detached[operand] = graph.call_method("detach", (operand,))
+                with value.fake_mode:
+                    detached[operand].meta["example_value"] = value.detach()
+    cond.update_arg(len(cond.args) - 1, type(operands)(detached.get(v, v) for v in operands))
 
 
 def _changed_outside(change: str) -> str:
