@@ -47,7 +47,6 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from graphmend.runtime import dynamo_support
 from helpers.observe import Run, differences, more_graphs, run, same
 from helpers.programs import Call, Program, programs
 
@@ -242,17 +241,11 @@ def test_a_guard_left_by_an_arm_under_dynamic_shapes() -> None:
     check_resized(program, True)
 
 
-@pytest.mark.xfail(
-    dynamo_support.torch_release(torch.__version__) >= (2, 13),
-    strict=True,
-    reason="(seen on torch 2.13; on 2.5 both break at the same places) "
-    "a branch on a host read (x.sum().item() > 1.0) is compared on the device; "
-    "kept (here in a loop), it breaks at the jump on that tensor, where plain breaks at the "
-    ".item() call: TorchDynamo makes a resume function for each arm, and each is given up "
-    "on its first call (3 breaks against 2); without the inner loop, each arm's resume "
-    "compiles a graph where plain's one resume, compiled without operations, ran eagerly",
-)
-def test_a_kept_branch_on_a_host_read_breaks_at_its_jump() -> None:
+def test_a_kept_branch_on_a_host_read_breaks_at_the_read() -> None:
+    # a branch on a host read (x.sum().item() > 1.0) is compared on the device; kept
+    # (here in a loop), it broke at the jump on that tensor where plain breaks at the
+    # .item() call: a resume function for each arm, each given up on its first call (3
+    # breaks against 2)
     nan = float("nan")
     program = Program(
         "for _i in range(2):\n    if x.sum().item() > 1.0:\n        x = x + 1\n"

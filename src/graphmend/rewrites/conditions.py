@@ -65,6 +65,20 @@ def test_to_evaluate_again(
     return copy.deepcopy(test)
 
 
+def choice_on_host(
+    test: ast.expr, condition: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> ast.expr:
+    """``condition``, the evaluated ``test``, as the original choice reads it where it is
+    made on the host after all: ``host_truth(condition)`` if ``test`` reads a host value
+    (``.item()``, ``float(t)``), so that the graph breaks at a read, as the original's
+    does, not at a jump on the tensor that stood for it."""
+    reads = (
+        isinstance(node, ast.Call) and is_host_conversion(node, scopes, functions)
+        for node in ast.walk(test)
+    )
+    return runtime_call("host_truth", condition) if any(reads) else condition
+
+
 class ConditionTranslator:
     """Builds the tracing-time version of a condition: statements to run, then an expression."""
 

@@ -67,7 +67,11 @@ from graphmend.rewrites.common import (
     runtime_call,
     store,
 )
-from graphmend.rewrites.conditions import ConditionTranslator, test_to_evaluate_again
+from graphmend.rewrites.conditions import (
+    ConditionTranslator,
+    choice_on_host,
+    test_to_evaluate_again,
+)
 from graphmend.rewrites.kept_names import kept_argument
 
 
@@ -194,12 +198,14 @@ class PredicateRewrite(FunctionStatementRewriter):
 
     def original_choice(self, test: ast.expr, condition_name: str, search: str) -> ast.expr:
         """The test of the original choice, made when the branches do not merge: the
-        evaluated condition; for a test that searches a tensor for a number (see
-        :func:`test_to_evaluate_again`), ``as_written(<search>) or <test>``, which runs
-        the statement as written (:mod:`graphmend.runtime.searches`)."""
-        again = test_to_evaluate_again(test, self.module.scopes, self.enclosing.functions)
+        evaluated condition (read as :func:`choice_on_host` says); for a test that
+        searches a tensor for a number (see :func:`test_to_evaluate_again`),
+        ``as_written(<search>) or <test>``, which runs the statement as written
+        (:mod:`graphmend.runtime.searches`)."""
+        scopes, functions = self.module.scopes, self.enclosing.functions
+        again = test_to_evaluate_again(test, scopes, functions)
         if again is None:
-            return load(condition_name)
+            return choice_on_host(test, load(condition_name), scopes, functions)
         restart = runtime_call("as_written", load(search))
         return ast.BoolOp(op=ast.Or(), values=[restart, again])
 

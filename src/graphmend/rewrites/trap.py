@@ -52,7 +52,11 @@ from graphmend.rewrites.common import (
     runtime_call,
     store,
 )
-from graphmend.rewrites.conditions import ConditionTranslator, test_to_evaluate_again
+from graphmend.rewrites.conditions import (
+    ConditionTranslator,
+    choice_on_host,
+    test_to_evaluate_again,
+)
 
 _SEPARATOR = "\x1f"  # see graphmend.runtime.traps
 _AS_GIVEN = 0  # graphmend.runtime.traps.AS_GIVEN: the exception's argument is the value
@@ -188,7 +192,10 @@ class TrapRewrite(FunctionStatementRewriter):
                 ],
             )
             if again is None:
-                kept = _unless_lowered(lowered, load(name), guard)
+                choice = choice_on_host(
+                    guard.condition, load(name), self.module.scopes, self.enclosing.functions
+                )
+                kept = _unless_lowered(lowered, choice, guard)
             else:
                 restart = runtime_call("as_written", load(search))  # type: ignore[arg-type]
                 kept = _unless_lowered(lowered, again, guard, restart)
