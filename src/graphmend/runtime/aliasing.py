@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from graphmend.runtime import attempts, callers, cond_results
+from graphmend.runtime import attempts, attribute_stores, callers, cond_results
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.in_place import example_of, storages_of, updated_uncounted
 
@@ -85,6 +85,12 @@ class _Merge:
             return (
                 "a merged tensor, or a tensor a branch gives, is updated in place after the "
                 "if: the original updates one tensor, the merge holds two"
+            )
+        if attribute_stores.stored_on(self.output, watched):
+            return (
+                "an attribute is stored on a merged tensor, or on a tensor a branch gives, "
+                "after the if (`t.tag = v`, `t.grad = g`): the original stores it on one "
+                "tensor, the merge holds two"
             )
         if [t.requires_grad for t in watched] != self.requires_grad:
             return (
@@ -281,8 +287,9 @@ def record(
         merge = _Merge(
             site, merged, branches, versions, requires_grad, nodes, tracer.output, paired
         )
+        attribute_stores.note_tensor_stores()
         attempts.check_before_compiling(tracer.output, merge)
-    except (AttributeError, RuntimeError):
+    except (AttributeError, ImportError, RuntimeError):
         return False
     return True
 
