@@ -2,12 +2,12 @@
 
 An attribute stored on a merged tensor tells it apart from the branch's own: the
 original stores it on the tensor the branch gave (often the caller's ``x``), the merge
-on a new one.  TorchDynamo 2.13 forgets such a store on a tensor the graph made that
-nothing else holds when the graph ends, before GraphMend's check then
-(:mod:`graphmend.runtime.aliasing`), so the stores are noted as they are traced:
-``torch._dynamo.side_effects.SideEffects.store_attr`` is wrapped, once, on the releases
-that keep its graph (2.13; torch 2.5 breaks the graph at such a store instead).
-"""
+on a new one.  TorchDynamo 2.13 drops such a store on a tensor the graph made that
+nothing else holds before GraphMend's check at the graph's end
+(:mod:`graphmend.runtime.aliasing`) sees it, so stores are noted as they are traced:
+``torch._dynamo.side_effects.SideEffects.store_attr`` is wrapped once, from the first
+merge recorded.  Torch 2.5's side effects do not know their graph, and nothing is noted
+there (its TorchDynamo breaks the graph at such a store instead)."""
 
 from __future__ import annotations
 
