@@ -503,6 +503,14 @@ COUNTEREXAMPLES = {
         ),
         grad=False,
     ),
+    # the reshape fails eagerly and compiled; plain's resume function, compiled at 3
+    # then 2 rows, traced the third call with a symbolic size, GraphMend's (its merge
+    # fails at 3 rows only) with 3 rows: the same failure reported with other sizes
+    "failure-on-fake-tensors-of-other-sizes": Program(
+        "if x.norm() > 0.0:\n    s = x.shape\nelse:\n    s = (x * 2).shape\n"
+        "x = x.reshape(s) * 2\nx[:, 0] = t\nx = x.reshape(-1, 8).reshape(-1, 4)\nreturn x\n",
+        (_zeros(3, 0.5), _zeros(2, 0.5), _zeros(3, 0.5)),
+    ),
 }
 
 #: Minimal programs of what GraphMend claims to fix that fail ``fullgraph=True``

@@ -178,6 +178,33 @@ def _without_symbol_names(message: str) -> str:
     return re.sub(r"\b[su]\d+\b", "s?", message)
 
 
+#: What stays of TorchDynamo's report of an operation that failed on fake tensors (torch
+#: 2.13: "failed to run FX node with fake tensors: call_method reshape(...)", 2.5:
+#: "Failed running call_method reshape(...)"): the operation and the program's line.
+_FAKE_TRACE_FAILURE = re.compile(
+    r"(?:fake tensors: |Failed running )(?P<operation>call_\w+ [\w.]+)\(.*"
+    r"(?P<line>line \d+), in ",
+    re.DOTALL,
+)
+
+
+def _error_message(exception: Exception) -> str:
+    """The message of ``exception`` as compared between runs.
+
+    An operation that fails while TorchDynamo traces it on fake tensors (the program
+    fails eagerly too) is reported with the fake tensors' sizes, static or symbolic
+    depending on which sizes the frame traced before (automatic dynamic shapes): a
+    frame whose break GraphMend removed traces fewer calls, so the same failure shows
+    ``size=(3, 4)`` where plain's shows ``size=(s?, 4)``.  Only the operation and the
+    line are compared there.
+    """
+    message = str(exception)
+    failure = _FAKE_TRACE_FAILURE.search(message)
+    if isinstance(exception, torch._dynamo.exc.TorchRuntimeError) and failure:
+        return "{operation} failed on fake tensors at {line}".format(**failure.groupdict())
+    return _without_symbol_names(message)
+
+
 def _call(
     module: nn.Module, function: Any, logger: logging.Logger, call: Call, grad: bool
 ) -> Observed:
@@ -190,7 +217,7 @@ def _call(
             buffers = [buffer for _, buffer in module.named_buffers()]
             result, shares = _clone(output), _sharing(_tensors(output), [x, *buffers])
         except Exception as exception:
-            error = (type(exception).__name__, _without_symbol_names(str(exception)))
+            error = (type(exception).__name__, _error_message(exception))
     state = {name: value.detach().clone() for name, value in module.named_buffers()}
     return Observed(result, error, x.clone(), state, _merge_prints(events), shares)
 
