@@ -994,6 +994,45 @@ def test_a_value_that_cannot_take_its_format_raises_where_it_stands(load_both, n
     assert outcomes[0][1] == [0.0, 0.0]
 
 
+PRINTS_TO_WHAT_CANNOT_BE_WRITTEN = """
+import torch
+
+LOG = "train.log"
+
+def literal(x, out):
+    print("step", x.shape, file="train.log")
+    x.add_(1)
+    return x * 2
+
+def constant(x, out):
+    print("step", x.shape, file=LOG)
+    x.add_(1)
+    return x * 2
+
+def argument(x, out):
+    print("step", x.shape, file=out)
+    x.add_(1)
+    return x * 2
+"""
+
+
+@pytest.mark.parametrize("name", ["literal", "constant", "argument"])
+def test_a_print_to_what_has_no_write_raises_where_it_stands(load_both, name):
+    # a file name or a number as file=: print() raises AttributeError where it stands;
+    # deferred, it raised after the graph had added 1 to the caller's x
+    plain, mended = load_both(PRINTS_TO_WHAT_CANNOT_BE_WRITTEN)
+    outcomes = []
+    for function in (getattr(plain, name), getattr(mended, name)):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        x = torch.zeros(2)
+        with pytest.raises(AttributeError) as raised:
+            torch.compile(function, backend=counter)(x, 5)
+        outcomes.append((str(raised.value), x.tolist(), counter.frame_count))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0][1:] == ([0.0, 0.0], 0)
+
+
 def test_values_that_take_their_formats_are_deferred(load_both, capsys):
     plain, mended = load_both(FORMATS_THAT_RAISE)
     plain.fine(torch.arange(3.0), torch.zeros(2))

@@ -503,8 +503,9 @@ class _Planner:
         """Decline a call that an argument may make raise: made after the graph, it would
         raise once the graph has run (and updated its inputs), not where it stands.
         The call must bind to the callee's parameters; ``print``'s ``sep`` and ``end`` must
-        be text or None; ``logger.log``'s level an integer; ``warnings.warn``'s category a
-        class of warnings (or None)."""
+        be text or None, its ``file`` None, ``sys.stdout`` or ``sys.stderr``;
+        ``logger.log``'s level an integer; ``warnings.warn``'s category a class of
+        warnings (or None)."""
         if self.found.kind is OutputKind.PRINT:
             for name in ("sep", "end"):
                 value = keywords.get(name)
@@ -512,6 +513,7 @@ class _Planner:
                     isinstance(value, ast.Constant) and isinstance(value.value, str | None)
                 ):
                     raise Decline(f"print()'s {name}= may not be text, and print() then raises")
+            self._check_file(keywords.get("file"))
         mismatch = _signature(self.found).mismatch(self.call)
         if mismatch is not None:
             raise Decline(f"the call raises TypeError where it stands ({mismatch})")
@@ -525,6 +527,21 @@ class _Planner:
                 category = self.call.args[1]
             if category is not None:
                 self._check_category(category)
+
+    def _check_file(self, file: ast.expr | None) -> None:
+        """Decline ``print(..., file=...)`` to anything but None, ``sys.stdout`` and
+        ``sys.stderr``: TorchDynamo carries out of the graph only values such as numbers
+        and text, which print() cannot write to (it raises ``AttributeError`` where it
+        stands, deferred it would raise after the graph updated its inputs), and never a
+        file object (the call would keep its break all the same)."""
+        if file is None or self._is_static(file):
+            return
+        if isinstance(file, ast.Constant) and file.value is None:
+            return
+        raise Decline(
+            "print()'s file= is not sys.stdout or sys.stderr: a file object cannot be "
+            "carried out of the graph, and print() raises where it stands on anything else"
+        )
 
     def _integer_level(self, level: ast.expr) -> bool:
         """Whether ``level`` is an integer: a literal, or a level of the ``logging``
