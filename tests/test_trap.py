@@ -382,6 +382,51 @@ def test_a_kept_guard_that_searches_a_tensor_breaks_where_the_original_does(load
     assert outcomes[1] == outcomes[0]
 
 
+SHORT_CIRCUITS_INTO_A_CALL = """
+import torch
+
+calls = []
+
+def strict():
+    calls.append("strict")
+    return True
+
+def relaxed():
+    calls.append("relaxed")
+    return False
+
+def conjunction(x):
+    if (x < 0).any() and strict():
+        raise ValueError("negative input")
+    return x + 1
+
+def disjunction(x):
+    if (x < 0).all() or relaxed():
+        raise ValueError("negative input")
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize("name", ["conjunction", "disjunction"])
+def test_a_guard_short_circuiting_into_a_call_breaks_once(load_both, name):
+    # `a and strict()` jumps on the tensor a in Python (a break, as the original's);
+    # the result then still held a, and the test of the guard jumped on it a second
+    # time: a graph and a break more than plain where the guard does not raise
+    outcomes = []
+    for module in load_both(SHORT_CIRCUITS_INTO_A_CALL):
+        module.calls.clear()
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(getattr(module, name), backend=counter)
+        results = [
+            _outcome(compiled, torch.tensor(values))
+            for values in ([1.0, 2.0], [-1.0, 2.0], [-1.0, -2.0])
+        ]
+        results = [(kind, value.tolist() if kind == "ok" else value) for kind, value in results]
+        outcomes.append((results, list(module.calls), counter.frame_count))
+    assert outcomes[1] == outcomes[0]
+
+
 def test_message_that_needs_tensor_data_keeps_the_break(load_rewritten):
     module = load_rewritten(
         """

@@ -124,6 +124,13 @@ class ConditionTranslator:
                 r = _@gm_rt.logical_and(r, <b>)
             elif r:
                 r = <b>
+            else:
+                r = False
+
+        The conditions are read for their truth only, and where ``a``'s truth was read in
+        Python (a jump on a tensor ``a``: a graph break, as the original's), ``r`` holds
+        it: a second read, the test of ``r``, would break the graph again (or call an
+        object's ``__bool__`` twice).
         """
         is_and = isinstance(node.op, ast.And)
         result = self.fresh_name("bool")
@@ -141,7 +148,7 @@ class ConditionTranslator:
         python_path = ast.If(
             test=python_test,
             body=[*rest_prelude, ast.Assign(targets=[store(result)], value=rest_value)],
-            orelse=[],
+            orelse=[ast.Assign(targets=[store(result)], value=ast.Constant(not is_and))],
         )
         if speculation_problem(rest_node, self.scopes, self.functions) is not None:
             self.prelude.append(python_path)
