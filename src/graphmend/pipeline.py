@@ -9,15 +9,14 @@ here, before any analysis, and recorded as a finding.
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib.util
-import threading
+import re
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import CodeType
-from typing import Any
+from typing import TypeVar
 
 from graphmend.analysis.scopes import ModuleScopes
 from graphmend.compiling import compile_source
@@ -65,9 +64,7 @@ def parse(source: bytes | str, filename: str, *, quiet: bool = False) -> ast.Mod
 
 def parse_quietly(source: bytes | str, filename: str) -> tuple[ast.Module, bool]:
     """:func:`parse` without the parser's warnings; and whether it issued any."""
-    with _warnings_held(filename) as held:
-        tree = parse(source, filename)
-    return tree, bool(held)
+    return _quietly(lambda: parse(source, filename), filename)
 
 
 def rewrite(
@@ -151,48 +148,51 @@ def compile_noting_warnings(tree: ast.Module, filename: str) -> tuple[CodeType, 
     compiled without them; the caller has Python compile the original when Python
     would (no valid ``.pyc``), which issues them as Python's own import does.
     """
-    with _warnings_held(filename) as held:
-        code = compile(tree, filename, "exec", dont_inherit=True)
-    return code, bool(held)
+    return _quietly(lambda: compile(tree, filename, "exec", dont_inherit=True), filename)
 
 
-_warnings_swapped = threading.Lock()
+_T = TypeVar("_T")
+
+
+def _quietly(step: Callable[[], _T], filename: str) -> tuple[_T, bool]:
+    """Run ``step``, a parse or compile of ``filename``, without the warnings it issues
+    about that file; and whether it issued any.  Those warnings are made errors first,
+    which stops the step at the first (the parser and the compiler raise
+    ``SyntaxError`` for it); the step then runs again with them ignored."""
+    try:
+        with _warnings_about(filename, "error"):
+            return step(), False
+    except (SyntaxError, Warning):
+        pass  # a real syntax error is raised again below
+    with _warnings_about(filename, "ignore"):
+        return step(), True
 
 
 @contextmanager
-def _warnings_held(filename: str) -> Iterator[list[warnings.WarningMessage]]:
-    """Hold back the warnings about ``filename`` issued in this block (neither shown nor
-    raised) in the list given; those about other files (another thread's) are issued
-    after it.
+def _warnings_about(filename: str, action: str) -> Iterator[None]:
+    """Apply ``action`` to the warnings about ``filename`` (the parser's and the
+    compiler's name it, and their module is its name without ``.py``) in this block,
+    and to no other: a filter put first into the list of filters in place, and taken
+    out of that list after.
 
-    ``warnings.catch_warnings`` would also reset what every module's
-    ``__warningregistry__`` records as shown, so that a warning shown once showed
-    again after the import; swapping the filters and ``showwarning`` (and back) under
-    the ``always`` action, which records nothing, leaves them as they were.
+    Swapping the filters or ``showwarning`` (as ``catch_warnings`` does) would change
+    them for every thread, and a ``catch_warnings`` block another thread entered
+    meanwhile would put the swapped ones back for good.  The filters' version is left
+    as it is, so no module's ``__warningregistry__`` is reset (the parser and the
+    compiler pass none, so no registry hides these warnings from the filter).
     """
-    caught: list[warnings.WarningMessage] = []
-    held: list[warnings.WarningMessage] = []
-
-    def record(*args: Any) -> None:
-        caught.append(warnings.WarningMessage(*args))
-
+    stem = filename[:-3] if filename.lower().endswith(".py") else filename
+    module = re.compile(re.escape(stem) + r"(?:\.[pP][yY])?\Z")
+    entry = (action, None, Warning, module, 0)
+    filters = warnings.filters
+    filters.insert(0, entry)
     try:
-        with _warnings_swapped:  # two threads swapping at once could leave theirs in place
-            saved = warnings.filters, warnings.showwarning
-            warnings.filters, warnings.showwarning = [("always", None, Warning, None, 0)], record
-            try:
-                yield held
-            finally:
-                warnings.filters, warnings.showwarning = saved
+        yield
     finally:
-        for warning in caught:
-            if warning.filename == filename:
-                held.append(warning)
-            else:
-                with contextlib.suppress(Warning):  # an error in its thread, not this one
-                    warnings.warn_explicit(
-                        warning.message, warning.category, warning.filename, warning.lineno
-                    )
+        for index, item in enumerate(filters):
+            if item is entry:
+                del filters[index]
+                break
 
 
 def _is_torch(module: str | None) -> bool:
