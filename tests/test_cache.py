@@ -54,6 +54,30 @@ def test_second_build_is_a_hit_with_the_same_code(cache_dir, module_file):
     assert second.summary == first.summary == {"defer": {"rewritten": 1}}
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        # transformers_modules.<org>.<repo>.<commit>.<module>: longer than a file name
+        ".".join(["transformers_modules", "org", "r" * 80, "c" * 40, "modeling_long"]),
+        "plugins.a\0b",  # any string names a module (spec_from_file_location)
+        "plugins/../../outside",
+        "plugins.*",
+    ],
+)
+def test_any_module_name_gets_an_entry_of_its_own_in_the_cache(cache_dir, module_file, name):
+    # the name was the entry's file name as it is: too long for a file name it was
+    # never cached (ENAMETOOLONG, silently), a NUL failed the import (ValueError)
+    rewriter = ModuleRewriter(
+        Config(packages=("plugins", "transformers_modules"), cache_dir=cache_dir)
+    )
+    outcomes = [rewriter.build(name, str(module_file), SOURCE).status for _ in range(2)]
+    assert outcomes == [Status.REWRITTEN, Status.CACHE_HIT]
+    (entry,) = _entries(cache_dir)
+    assert entry.parent.parent == cache_dir and len(entry.name) < 120
+    other = rewriter.build("plugins.other", str(module_file), SOURCE)
+    assert other.status is Status.REWRITTEN and len(_entries(cache_dir)) == 2
+
+
 def test_key_follows_content_not_mtime(cache_dir, module_file):
     _build(cache_dir, module_file)
     os.utime(module_file, (1, 1))

@@ -443,6 +443,14 @@ def test_no_home_directory_never_keeps_the_hook_out(homeless, monkeypatch, tmp_p
         Config.from_env()
 
 
+def test_a_cache_dir_holding_a_nul_is_a_config_error():
+    # accepted, it failed every claimed import with os.lstat's ValueError
+    with pytest.raises(
+        ConfigError, match=r"cache_dir='/tmp/cache\\x00x': a path cannot hold a NUL"
+    ):
+        graphmend.install(["mypkg"], cache_dir="/tmp/cache\0x")
+
+
 def test_a_cache_dir_argument_without_a_home_is_a_config_error(homeless):
     # It was the RuntimeError of Path.expanduser, where the same value in
     # GRAPHMEND_CACHE_DIR is a ConfigError that names it.

@@ -150,9 +150,30 @@ def _digest(*parts: bytes) -> bytes:
     return digest.digest()
 
 
+#: The longest module name (in bytes) an entry's file name holds as it is: the slot's
+#: digest, the key, the suffix and a temporary file's affixes add about 70 characters,
+#: and a file name holds 255 bytes.
+_NAME_BYTES = 150
+
+
 def _slot_prefix(module_name: str, key: bytes) -> str:
     """What the names of a slot's entries start with: the module and the slot's digest."""
-    return f"{module_name}.{key[:_SLOT_BYTES].hex()}-"
+    return f"{_file_name_part(module_name)}.{key[:_SLOT_BYTES].hex()}-"
+
+
+def _file_name_part(module_name: str) -> str:
+    """The module's name as its entries' file names hold it: as it is where it is made of
+    identifiers and fits; else its last part (an identifier of ASCII letters, up to 40)
+    and ``~`` with a digest of the whole.  Any string names a module
+    (``spec_from_file_location``): a NUL, a ``/`` or a glob's ``*`` must not reach the
+    file system, and a ``transformers_modules`` name with a commit in it may be longer
+    than a file name can be."""
+    encoded = module_name.encode("utf-8", "surrogatepass")
+    if len(encoded) <= _NAME_BYTES and all(part.isidentifier() for part in module_name.split(".")):
+        return module_name
+    last = module_name.rsplit(".", 1)[-1]
+    readable = last[:40] if last.isidentifier() and last.isascii() else ""
+    return f"{readable}~{hashlib.blake2b(encoded, digest_size=10).hexdigest()}"
 
 
 def _checksum(payload: bytes) -> bytes:

@@ -262,6 +262,8 @@ class Config:
         # Fixed now: the process may change its working directory, its children start
         # in others, and the cache must stay where it was named.
         object.__setattr__(self, "cache_dir", Path(self.cache_dir).absolute())
+        if "\0" in str(self.cache_dir):
+            raise ConfigError(f"cache_dir={str(self.cache_dir)!r}: a path cannot hold a NUL")
         object.__setattr__(self, "rewrites", _check_rewrites(self.rewrites))
         object.__setattr__(self, "packages", scope(self.packages))
         if self.cuda_guards not in CUDA_GUARD_MODES:
