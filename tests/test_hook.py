@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import importlib.machinery
@@ -92,6 +93,37 @@ def _load_module_as_transformers_4_40_does(name: str, path: Path) -> ModuleType:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # load_module is deprecated
         return importlib.machinery.SourceFileLoader(name, str(path)).load_module()
+
+
+def test_uninstall_keeps_another_librarys_wrapper_of_what_graphmend_wraps(
+    tmp_path, cache_dir, monkeypatch
+):
+    # functools.wraps copied the mark GraphMend put on its wrapper into the other
+    # library's: uninstall took that one for GraphMend's and put the original back
+    path = tmp_path / "plugin.py"
+    path.write_text(MODULE)
+    name = f"gm_plugin_{os.getpid()}"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(
+        importlib.util, "spec_from_file_location", importlib.util.spec_from_file_location
+    )
+    _install(name, cache_dir=cache_dir)
+    seen = []
+    inner = importlib.util.spec_from_file_location
+
+    @functools.wraps(inner)
+    def audited(*args, **kwargs):
+        seen.append(args[0])
+        return inner(*args, **kwargs)
+
+    importlib.util.spec_from_file_location = audited
+    graphmend.uninstall()
+    assert importlib.util.spec_from_file_location is audited
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert type(spec.loader) is importlib.machinery.SourceFileLoader and seen == [name]
+    _install(name, cache_dir=cache_dir)  # again: GraphMend's wrapper inside is used
+    assert importlib.util.spec_from_file_location is audited
+    assert isinstance(importlib.util.spec_from_file_location(name, path).loader, GraphMendLoader)
 
 
 def test_a_module_loaded_with_source_file_loader_load_module_is_claimed(
@@ -355,6 +387,32 @@ def test_compiler_warnings_are_issued_when_python_compiles_the_source(
     assert _warnings_of_each_import(claimed, 2) == expected  # cold, then from the cache
     assert isinstance(sys.modules[claimed].__loader__, GraphMendLoader)
     assert "_@gm_rt" in vars(sys.modules[claimed])
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 left find_module out")
+def test_a_module_a_finder_with_find_module_alone_serves_is_that_finders(
+    write_module, cache_dir, monkeypatch
+):
+    # Python 3.11 still asks such a finder (PEP 302) in its turn; GraphMend, first on
+    # sys.meta_path, asked only the finders with find_spec, and the file on disk was
+    # imported in place of what that finder gives
+    name = write_module("WHO = 'the file on disk'\n")
+
+    class LegacyFinder:
+        def find_module(self, fullname, path=None):
+            return self if fullname == name else None
+
+        def load_module(self, fullname):
+            module = sys.modules.setdefault(fullname, ModuleType(fullname))
+            module.__loader__ = self
+            module.WHO = "the legacy finder"
+            return module
+
+    monkeypatch.setattr(sys, "meta_path", [LegacyFinder(), *sys.meta_path])
+    _install(name, cache_dir=cache_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImportWarning)
+        assert importlib.import_module(name).WHO == "the legacy finder"
 
 
 def test_a_cold_rewrite_reports_its_time(write_module, cache_dir):

@@ -17,6 +17,8 @@ from graphmend.importer import (
     GraphMendLoader,
     claiming_load_module,
     claiming_spec_from_file_location,
+    unwrapped,
+    wraps_graphmend,
 )
 from graphmend.notices import warn
 from graphmend.patterns import ModuleMatcher
@@ -135,15 +137,16 @@ def _current_finder() -> GraphMendFinder | None:
 
 def _wrap_spec_from_file_location() -> None:
     current = importlib.util.spec_from_file_location
-    if not hasattr(current, "__graphmend_original__"):
+    if not wraps_graphmend(current):
         importlib.util.spec_from_file_location = claiming_spec_from_file_location(
             current, _current_finder
         )
 
 
 def _unwrap_spec_from_file_location() -> None:
-    current = importlib.util.spec_from_file_location
-    original = getattr(current, "__graphmend_original__", None)
+    # only GraphMend's own wrapper: one another library put around it stays (and ours
+    # in it, which does nothing while no hook is installed)
+    original = unwrapped(importlib.util.spec_from_file_location)
     if original is not None:
         importlib.util.spec_from_file_location = original
 
@@ -151,13 +154,13 @@ def _unwrap_spec_from_file_location() -> None:
 def _wrap_load_module() -> None:
     loader = importlib.machinery.SourceFileLoader
     current = getattr(loader, "load_module", None)  # deprecated: a Python may lack it
-    if current is not None and not hasattr(current, "__graphmend_original__"):
+    if current is not None and not wraps_graphmend(current):
         loader.load_module = claiming_load_module(current, _current_finder)  # type: ignore[method-assign]
 
 
 def _unwrap_load_module() -> None:
     loader = importlib.machinery.SourceFileLoader
-    original = getattr(vars(loader).get("load_module"), "__graphmend_original__", None)
+    original = unwrapped(vars(loader).get("load_module"))
     if original is not None:
         del loader.load_module  # the method it inherits, unless it had its own
         if loader.load_module is not original:

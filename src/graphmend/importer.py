@@ -23,6 +23,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from types import CodeType, ModuleType
 from typing import Any
@@ -114,6 +115,33 @@ class GraphMendFinder:
             spec.loader = GraphMendLoader(spec.name, spec.origin, self.rewriter)  # type: ignore[union-attr,arg-type]
 
 
+#: What each of GraphMend's wrappers wraps.  Not an attribute of the wrapper: another
+#: library's wrapper of it made with ``functools.wraps`` would hold a copy.
+_WRAPPED: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def unwrapped(function: object) -> Callable[..., Any] | None:
+    """What ``function`` wraps if it is one of GraphMend's wrappers, else None."""
+    try:
+        return _WRAPPED.get(function)  # type: ignore[arg-type]
+    except TypeError:  # not weakly referenceable: not a function of ours
+        return None
+
+
+def wraps_graphmend(function: object) -> bool:
+    """Whether ``function`` is, or wraps by ``functools.wraps``, one of GraphMend's
+    wrappers."""
+    seen: set[int] = set()
+    while function is not None and id(function) not in seen:
+        if unwrapped(function) is not None:
+            return True
+        seen.add(id(function))
+        function = getattr(function, "__wrapped__", None)
+    return False
+
+
 def claiming_spec_from_file_location(
     original: Callable[..., Any], finder_of: Callable[[], GraphMendFinder | None]
 ) -> Callable[..., Any]:
@@ -127,7 +155,7 @@ def claiming_spec_from_file_location(
             finder.claim_spec(spec)
         return spec
 
-    spec_from_file_location.__graphmend_original__ = original  # type: ignore[attr-defined]
+    _WRAPPED[spec_from_file_location] = original
     return spec_from_file_location
 
 
@@ -146,7 +174,7 @@ def claiming_load_module(
                 return original(spec.loader, fullname)
         return original(self, fullname)
 
-    load_module.__graphmend_original__ = original  # type: ignore[attr-defined]
+    _WRAPPED[load_module] = original
     return load_module
 
 
@@ -155,10 +183,25 @@ def find_spec_elsewhere(
 ) -> importlib.machinery.ModuleSpec | None:
     """The spec the meta-path finders other than ``finder`` give for a module."""
     for other in list(sys.meta_path):
-        find_spec = getattr(other, "find_spec", None)
-        if other is finder or find_spec is None:
+        if other is finder:
             continue
-        spec = find_spec(fullname, path, target)
+        find_spec = getattr(other, "find_spec", None)
+        if find_spec is not None:
+            spec = find_spec(fullname, path, target)
+        else:
+            spec = _legacy_spec(other, fullname, path)
         if spec is not None:
             return spec
     return None
+
+
+def _legacy_spec(
+    finder: object, fullname: str, path: Sequence[str] | None
+) -> importlib.machinery.ModuleSpec | None:
+    """The spec Python 3.11 and earlier make of a finder with ``find_module`` alone (PEP
+    302, left out from 3.12 on): one of the loader it gives, as ``importlib`` makes it."""
+    find_module = getattr(finder, "find_module", None)
+    if sys.version_info >= (3, 12) or find_module is None:
+        return None
+    loader = find_module(fullname, path)
+    return None if loader is None else importlib.util.spec_from_loader(fullname, loader)
