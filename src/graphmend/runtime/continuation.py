@@ -40,6 +40,7 @@ from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
 from graphmend.runtime.fallbacks import declined, record_at
 from graphmend.runtime.in_place import updates_an_input
 from graphmend.runtime.outer_state import OuterState
+from graphmend.runtime.subgraphs import making_a_cond
 from graphmend.runtime.tracing import tracing
 
 
@@ -163,7 +164,7 @@ def _capture(tracer: Any, predicate: Any, then_branch: Any, else_branch: Any) ->
         record_at(tracer, "continuation", kept)
         return None
     try:
-        with OuterState() as outer:
+        with OuterState() as outer, making_a_cond(tracer.output):
             result = handler.call_function(tracer, arguments, {})
     except tracer_control():
         raise

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphmend.runtime import cond_layout
+from graphmend.runtime import cond_layout, subgraphs
 from graphmend.runtime.aliasing import lazy_views, stored_alias, watch
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import call_or_none, open_site
@@ -518,7 +518,9 @@ def _with_cond(
     # TorchInductor lays out an operand computed in the graph as it likes, and the
     # branches assert the traced strides: the operands' layout is pinned (cond_layout)
     torch._dynamo.comptime.comptime(cond_layout.remember_graph)
+    torch._dynamo.comptime.comptime(subgraphs.cond_begins)
     results = torch.cond(predicate, tensors_of(then_branch), tensors_of(else_branch), ())
+    torch._dynamo.comptime.comptime(subgraphs.cond_made)
     torch._dynamo.comptime.comptime(cond_layout.pin_traced_conds)
     selected = iter(results)
     return tuple(

@@ -25,6 +25,7 @@ import torch
 
 from graphmend.post_import import when_imported
 from graphmend.runtime.dynamo_support import never_compiled
+from graphmend.runtime.subgraphs import inside_a_programs_subgraph
 
 #: What says that TorchDynamo traces (folded to True there).
 _DYNAMO_TRACES: Callable[[], bool] = (
@@ -38,10 +39,11 @@ _EXPORTS: Callable[[], bool] = getattr(torch.compiler, "is_exporting", lambda: F
 
 def tracing() -> bool:
     """True while TorchDynamo traces the caller or torch.export runs it, False when the
-    code runs eagerly."""
+    code runs eagerly, or while TorchDynamo traces it into the body of a higher-order
+    operator the program calls (:mod:`graphmend.runtime.subgraphs`)."""
     if _DYNAMO_TRACES():
         torch._dynamo.comptime.comptime(_consistent_with_eager)
-        return True
+        return not inside_a_programs_subgraph()
     return _EXPORTS()
 
 
