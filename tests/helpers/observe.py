@@ -61,6 +61,10 @@ class Run:
     # code: given up whole, it ran in Python, its code before the first break too (a
     # frame without tensor operations keeps none either)
     forward_compiled: bool | None = None
+    # the names of the frames (``forward``, resume functions named by the line they
+    # resume at) a compile gave up, and of those holding compiled code
+    given_up: frozenset[str] = frozenset()
+    compiled_frames: frozenset[str] = frozenset()
 
 
 def load(program: Program, name: str, *, mended: bool) -> tuple[nn.Module, logging.Logger]:
@@ -101,14 +105,23 @@ def run(
         counters.clear()
         counter = CompileCounter()
         function = torch.compile(module, backend=counter, fullgraph=fullgraph, dynamic=dynamic)
-        with _frames_skipped_at_a_loop() as skipped:
-            observed = [
-                _call(module, function, logger, call, program.grad) for call in program.calls
-            ]
+        observed: list[Observed] = []
+        compiled_frames: set[str] = set()
+        with _frames_given_up() as given_up:
+            for call in program.calls:
+                observed.append(_call(module, function, logger, call, program.grad))
+                # after each call: torch 2.5 drops the code of a frame it gives up later
+                compiled_frames |= _frames_compiled(module)
         frames = counters["frames"]
-        abandoned = frames["total"] - frames["ok"] + len(skipped)
+        skipped = [name for name, error in given_up if _skipped_at_a_loop(error)]
         return Run(
-            observed, counter.frame_count, _breaks() + len(skipped), abandoned, _compiled(module)
+            observed,
+            counter.frame_count,
+            _breaks() + len(skipped),
+            frames["total"] - frames["ok"] + len(skipped),
+            _compiled(module),
+            frozenset(name for name, _ in given_up),
+            frozenset(compiled_frames),
         )
     finally:
         del sys.modules[name]
@@ -126,49 +139,71 @@ def _breaks() -> int:
 
 
 @contextlib.contextmanager
-def _frames_skipped_at_a_loop() -> Iterator[list[str]]:
-    """The frames TorchDynamo 2.5 gives up at a break inside a loop, which it counts
-    as compiled (``frames["ok"]``) and only logs (2.13 counts them as failed).  Seen
-    where the compile of the frame ends (the ``SkipFrame`` leaving the tracing of its
-    code), not where the tracer gives up: GraphMend may restart that analysis
-    (``skipped_frames``), and then the frame is compiled.  (Not from
-    ``convert_frame``'s debug log: with it enabled, torch 2.5 prints to stdout.)"""
-    skipped: list[str] = []
+def _frames_given_up() -> Iterator[list[tuple[str, Exception]]]:
+    """Each frame a compile gave up (its name, and why), seen where the compile of the
+    frame ends (the error leaving the tracing of its code), not where the tracer gives
+    up: GraphMend may restart that analysis (``skipped_frames``), and then the frame is
+    compiled.  (Not from ``convert_frame``'s debug log: with it enabled, torch 2.5
+    prints to stdout.)"""
+    given_up: list[tuple[str, Exception]] = []
     original = convert_frame.transform_code_object
 
-    def transform_code_object(*args: Any, **kwargs: Any) -> Any:
+    def transform_code_object(code: types.CodeType, *args: Any, **kwargs: Any) -> Any:
         try:
-            return original(*args, **kwargs)
-        except torch._dynamo.exc.SkipFrame as error:
-            if str(error).startswith(_SKIPPED_AT_A_LOOP):
-                skipped.append(str(error))
+            return original(code, *args, **kwargs)
+        except torch._dynamo.exc.RestartAnalysis:
+            raise
+        except Exception as error:
+            given_up.append((code.co_name, error))
             raise
 
     convert_frame.transform_code_object = transform_code_object
     try:
-        yield skipped
+        yield given_up
     finally:
         convert_frame.transform_code_object = original
 
 
-#: Why TorchDynamo 2.5 gives a frame up at a break in a loop.
+#: Why TorchDynamo 2.5 gives a frame up at a break inside a loop.
 _SKIPPED_AT_A_LOOP = "Skipping frame because there is a graph break in a for/while loop"
+
+
+def _skipped_at_a_loop(error: Exception) -> bool:
+    """Whether TorchDynamo 2.5 gave the frame up at a break inside a loop: it counts the
+    frame as compiled (``frames["ok"]``) and only logs it (2.13 counts it as failed)."""
+    return isinstance(error, torch._dynamo.exc.SkipFrame) and str(error).startswith(
+        _SKIPPED_AT_A_LOOP
+    )
 
 
 def _resume_functions() -> set[str]:
     """The names of the resume functions made since ``torch._dynamo.reset()``, one per
     place a compile broke: TorchDynamo 2.13 counts them (``counters["resumes"]``), 2.5
-    does not, and only its cache of them (by the code they resume, then by the break's
-    state; an ``ExactWeakKeyDictionary``, whose ``values`` is a dict) holds them."""
+    does not, and only its cache of them holds them."""
+    return {code.co_name for code in _resume_codes()} | set(counters["resumes"])
+
+
+def _resume_codes() -> list[types.CodeType]:
+    """The code of the resume functions TorchDynamo made (its cache of them, by the code
+    they resume, then by the break's state; an ``ExactWeakKeyDictionary``, whose
+    ``values`` is a dict)."""
     made = ContinueExecutionCache.cache.values
-    cached = {code.co_name for by_state in made.values() for code in by_state.values()}
-    return cached | set(counters["resumes"])
+    return [code for by_state in made.values() for code in by_state.values()]
 
 
 def _compiled(module: nn.Module) -> bool:
     """Whether TorchDynamo holds compiled code for the frame of ``module``'s ``forward``."""
-    code = type(module).forward.__code__
+    return _holds_compiled_code(type(module).forward.__code__)
+
+
+def _holds_compiled_code(code: types.CodeType) -> bool:
     return bool(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code))
+
+
+def _frames_compiled(module: nn.Module) -> set[str]:
+    """The names of ``forward`` and the resume functions holding compiled code."""
+    codes = [type(module).forward.__code__, *_resume_codes()]
+    return {code.co_name for code in codes if _holds_compiled_code(code)}
 
 
 def _without_symbol_names(message: str) -> str:
@@ -369,8 +404,15 @@ def _compiles_what_plain_gives_up(plain: Run, mended: Run) -> bool:
     plain's run.  Either GraphMend gives up fewer frames (under ``dynamic=True``,
     ``f"{t}"`` of the symbolic float ``t`` fails plain's frame), or plain gives up
     ``forward`` whole, at a break in a loop that GraphMend removes, or for one call (a
-    size that turns dynamic), and GraphMend compiles its code up to a break it keeps."""
+    size that turns dynamic), and GraphMend compiles its code up to a break it keeps; or
+    GraphMend compiles a frame plain gave up (a resume function given up at a break in a
+    loop that GraphMend removes, compiled up to a break GraphMend keeps after the loop,
+    which plain's run never reaches in a compile)."""
     if not plain.abandoned:
         return False
     assert mended.abandoned is not None
-    return mended.abandoned < plain.abandoned or not plain.forward_compiled
+    return (
+        mended.abandoned < plain.abandoned
+        or not plain.forward_compiled
+        or bool(plain.given_up & mended.compiled_frames)
+    )
