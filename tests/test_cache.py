@@ -649,22 +649,36 @@ def test_cli_clear_leaves_a_cache_others_can_write_and_says_so(cache_dir, module
 
 def test_cli_clear_removes_only_graphmends_entries(tmp_path, monkeypatch, capsys):
     # GRAPHMEND_CACHE_DIR naming a directory of the user's own (a home, a project): every
-    # file ending in .gmc one level down was deleted as an entry.
-    home = tmp_path / "home"
-    own = home / "project" / "level.gmc"
-    own.parent.mkdir(parents=True, mode=0o700)
-    own.write_bytes(b"the user's own data")
+    # file ending in .gmc one level down was deleted as an entry, and every one named as
+    # a temporary file (".*.gmc.*.tmp"), through symbolic links too, silently
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    own = {
+        home / "project" / "level.gmc": b"the user's own data",
+        home / "project" / ".report.gmc.final.tmp": b"a draft",
+        elsewhere / ".notes.gmc.v2.tmp": b"notes",
+        home / "python" / "mine.gmc": b"GMC1 a format of the user's own",
+    }
+    for path, data in own.items():
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        path.write_bytes(data)
+    (home / "linked").symlink_to(elsewhere)
     home.chmod(0o700)
     module = tmp_path / "cached_module.py"
     module.write_bytes(SOURCE)
     assert _build(home, module).status is Status.REWRITTEN
+    (entry,) = [path for path in _entries(home) if path not in own]
+    leftover = entry.parent / f".{entry.name}.a1b2c3d4.tmp"  # a writer stopped at its start
+    leftover.touch()
     monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(home))
     assert cli_main(["cache", "clear"]) == 1
     out, err = capsys.readouterr()
     assert out == f"removed 1 entry from {home}\n"
-    assert f"{own} is not an entry of GraphMend's cache; it was left as it is" in err
-    assert own.read_bytes() == b"the user's own data"
-    assert _entries(home) == [own]
+    mine = home / "python" / "mine.gmc"
+    assert err.splitlines() == [
+        f"graphmend: error: {mine} is not an entry of GraphMend's cache; it was left as it is"
+    ]
+    assert {path: path.read_bytes() for path in own} == own
+    assert not entry.exists() and not leftover.exists()
 
 
 #: Runs a command without root's power to ignore file modes (as root, through setpriv).

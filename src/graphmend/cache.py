@@ -39,6 +39,7 @@ import importlib.util
 import json
 import marshal
 import os
+import re
 import stat
 import struct
 import sys
@@ -334,7 +335,11 @@ class BytecodeCache:
         when the cache directory cannot be listed.  ``distrusted``: as for :meth:`_trusted`."""
         if not self._trusted(self.directory, distrusted):
             return
-        tag_dirs = sorted(child for child in _listing(self.directory) if child.is_dir())
+        tag_dirs = sorted(
+            child
+            for child in _listing(self.directory)
+            if _TAG.fullmatch(child.name) and child.is_dir() and not child.is_symlink()
+        )
         yield from (tag_dir for tag_dir in tag_dirs if self._trusted(tag_dir, distrusted))
 
     def info(self) -> CacheInfo:
@@ -360,8 +365,9 @@ class BytecodeCache:
                         removed += 1
                     else:
                         problems.append(problem)
-                for leftover in tag_dir.glob(f".*{SUFFIX}.*.tmp"):
-                    _remove_quietly(leftover)
+                for leftover in _listing(tag_dir, ".tmp"):
+                    if _TEMPORARY.fullmatch(leftover.name) and _foreign_file(leftover) is None:
+                        _remove_quietly(leftover)
         except OSError as error:
             problems.append(f"{error.filename} cannot be listed ({error.strerror or error})")
         problems += [f"{problem}; nothing in it was removed" for problem in distrusted]
@@ -383,10 +389,23 @@ def _listing(directory: Path, suffix: str = "") -> list[Path]:
         return [Path(child.path) for child in children if child.name.endswith(suffix)]
 
 
+#: The names of the directories entries are stored in: an interpreter's cache tag
+#: (``cpython-311``, ``pypy310``), or ``python`` where it has none.
+_TAG = re.compile(r"[a-z]+-?\d+|python")
+#: The name of an entry, and of the temporary file it was written to first.
+_ENTRY = re.compile(rf"[^/]+\.[0-9a-f]{{{2 * _SLOT_BYTES}}}-[0-9a-f]{{32}}{re.escape(SUFFIX)}")
+_TEMPORARY = re.compile(rf"\.{_ENTRY.pattern}\.[a-z0-9_]{{8}}\.tmp")
+
+
 def _foreign_file(path: Path) -> str | None:
-    """Why ``path``, named as an entry, must be left as it is, or ``None``: it does not
-    start as GraphMend's entries do (a ``GRAPHMEND_CACHE_DIR`` naming a directory of the
-    user's own must not cost the user's ``.gmc`` files)."""
+    """Why ``path``, named as an entry or its temporary file, must be left as it is, or
+    ``None``: it is not named as GraphMend names them, or is not one as GraphMend writes
+    them (a header whose checksum holds; a temporary file may also be empty).  A
+    ``GRAPHMEND_CACHE_DIR`` naming a directory of the user's own must not cost the user
+    a file."""
+    foreign = f"{path} is not an entry of GraphMend's cache; it was left as it is"
+    if not (_ENTRY.fullmatch(path.name) or _TEMPORARY.fullmatch(path.name)):
+        return foreign
     try:
         descriptor = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
@@ -394,10 +413,17 @@ def _foreign_file(path: Path) -> str | None:
     except OSError as error:
         return f"{path} cannot be read ({error.strerror or error}); it was left as it is"
     with os.fdopen(descriptor, "rb") as handle:
-        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
-        if regular and handle.read(len(_MAGIC)) == _MAGIC:
-            return None
-    return f"{path} is not an entry of GraphMend's cache; it was left as it is"
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return foreign
+        data = handle.read()
+    if not data and _TEMPORARY.fullmatch(path.name):
+        return None  # written no further than its creation
+    if len(data) < _HEADER.size:
+        return foreign
+    magic, _key, checksum, _meta_length = _HEADER.unpack_from(data)
+    if magic != _MAGIC or _checksum(data[_HEADER.size :]) != checksum:
+        return foreign
+    return None
 
 
 def _removal_problem(path: Path) -> str | None:
