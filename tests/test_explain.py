@@ -292,6 +292,17 @@ def test_bad_targets_are_reported_and_the_others_still_explained(write_module, t
     assert out.splitlines()[-1].endswith("; 6 targets could not be explained (errors on stderr)")
 
 
+@pytest.mark.parametrize("command", ["explain", "diff"])
+@pytest.mark.parametrize("target", ["torch.nn.functional", "os"])
+def test_a_module_graphmend_never_rewrites_is_refused(capsys, command, target):
+    # a single module was explained with its sites "rewritten", though the hook never
+    # claims torch or the standard library
+    status, out, err = _run(capsys, command, target)
+    assert status == 1
+    assert f"module pattern {target!r} would claim {target.partition('.')[0]}" in err
+    assert "rewritten:" not in out
+
+
 def test_command_line_exit_status_and_output(write_module, tmp_path):
     name = write_module(MODULE)
     result = run_python(

@@ -71,14 +71,15 @@ def resolve(target: str) -> list[ModuleFile]:
     if path.is_file() or target.endswith(".py") or "/" in target or "\\" in target:
         return [ModuleFile(str(path), path)]
     try:
+        matcher = ModuleMatcher([target])  # refuses a reserved module (torch, the stdlib)
         if is_glob(target):
-            modules = discover(ModuleMatcher([target]))
+            modules = discover(matcher)
             if not modules:
                 raise TargetError(f"no modules on sys.path match {target!r}")
             return modules
         spec = _find_spec(target)
         if spec.submodule_search_locations is not None:
-            return discover(ModuleMatcher([target]))
+            return discover(matcher)
     except (PatternError, DiscoveryError) as error:
         raise TargetError(str(error)) from None
     if not spec.origin or not spec.origin.endswith(".py"):
