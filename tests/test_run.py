@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import re
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 
 import graphmend
 from graphmend import runner
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 IDENTITY = textwrap.dedent(
     """
@@ -243,6 +244,64 @@ def test_a_failing_script_exits_1_with_what_python_prints(project, source):
     assert plain.returncode == mended.returncode == 1
     assert (mended.stdout, mended.stderr) == (plain.stdout, plain.stderr)
     assert "graphmend" not in mended.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "status"),
+    [
+        (b"print('ran')\n# caf\xe9\n", 1),  # no encoding declared: python refuses it
+        (b"# -*- coding: utf-8 -*-\nprint('ran')\n# caf\xe9\n", 0),  # declared: it runs
+    ],
+    ids=["undeclared", "declared"],
+)
+@pytest.mark.parametrize("how", ["script", "stdin"])
+def test_a_script_not_in_utf8_runs_or_fails_as_with_python(project, source, status, how):
+    # run compiled the bytes, as an import does, which skips comments: a script python
+    # refuses ran, and exited 0; with a declaration, the rewrite fell back with a warning
+    (project / "latin.py").write_bytes(source)
+    arguments = ["latin.py"] if how == "script" else ["-"]
+    stdin = None if how == "script" else source
+    environment = {**os.environ, "PYTHONPATH": python_path()}
+    plain, mended = (
+        subprocess.run(
+            [sys.executable, *prefix, *arguments],
+            input=stdin,
+            capture_output=True,
+            cwd=project,
+            env=environment,
+        )
+        for prefix in ([], ["-m", "graphmend", "run"])
+    )
+    assert plain.returncode == mended.returncode == status
+    assert (mended.stdout, mended.stderr) == (plain.stdout, plain.stderr)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["-"], ["-c", b"print(1) #\xe9"]],
+    ids=["closed standard input", "a command the locale cannot decode"],
+)
+def test_what_python_cannot_read_is_reported_as_python_reports_it(project, arguments):
+    # run - read sys.stdin.buffer of a closed standard input (None): GraphMend's own
+    # traceback, where python runs an empty program; an undecodable command ran
+    environment = {**os.environ, "PYTHONPATH": python_path()}
+    plain, mended = (
+        subprocess.run(
+            [sys.executable, *prefix, *arguments],
+            stdin=subprocess.DEVNULL if arguments == ["-"] else None,
+            capture_output=True,
+            cwd=project,
+            env=environment,
+            close_fds=True,
+            **({"preexec_fn": lambda: os.close(0)} if arguments == ["-"] else {}),
+        )
+        for prefix in ([], ["-m", "graphmend", "run"])
+    )
+    assert (mended.returncode, mended.stdout, mended.stderr) == (
+        plain.returncode,
+        plain.stdout,
+        plain.stderr,
+    )
 
 
 @pytest.mark.xfail(

@@ -17,12 +17,13 @@ and this module imports nothing of GraphMend's analysis.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
 import tokenize
 from dataclasses import dataclass
 from typing import TypeVar
+
+from graphmend.compiling import source_text
 
 SKIP_FILE = "# graphmend: skip-file"
 _MARKER = SKIP_FILE.removeprefix("# ")
@@ -70,7 +71,7 @@ def _skip_file_line(source: bytes | str) -> int | None:
     elif _MARKER not in source:
         return None
     try:
-        text = source if isinstance(source, str) else importlib.util.decode_source(source)
+        text = source if isinstance(source, str) else source_text(source)
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type == tokenize.COMMENT and _COMMENT.fullmatch(token.string):
                 return token.start[0]

@@ -9,7 +9,6 @@ here, before any analysis, and recorded as a finding.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import warnings
 from collections.abc import Callable, Collection, Iterator
@@ -19,7 +18,7 @@ from types import CodeType
 from typing import TypeVar
 
 from graphmend.analysis.scopes import ModuleScopes
-from graphmend.compiling import compile_source
+from graphmend.compiling import compile_source, source_text
 from graphmend.directives import LeftAlone, skipped_module
 from graphmend.findings import Decision, Finding
 from graphmend.rewrites import REWRITES
@@ -128,7 +127,7 @@ def _lines(source: bytes | str) -> list[str]:
 def _text(source: bytes | str) -> str:
     """The source as text, newlines translated as the interpreter reads it."""
     if isinstance(source, bytes):
-        return importlib.util.decode_source(source)
+        return source_text(source)
     return source.replace("\r\n", "\n").replace("\r", "\n")
 
 

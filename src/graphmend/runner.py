@@ -29,7 +29,7 @@ from pathlib import Path
 
 import graphmend
 from graphmend.activation import Installation, install_config
-from graphmend.compiling import compile_source
+from graphmend.compiling import check_script_encoding, compile_source
 from graphmend.config import Config
 from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
@@ -94,8 +94,11 @@ def run_script(
 def run_stdin(args: list[str], config: Config) -> None:
     """Execute what ``python -`` executes: the program read from standard input, named
     ``<stdin>``, with the current directory first on ``sys.path``."""
-    source = sys.stdin.buffer.read()
-    program = _Program("__main__", "<stdin>", source, False, importlib.machinery.BuiltinImporter)
+    read: list[bytes] = []
+    # a closed standard input (python - <&-) is an empty program; an interrupt while
+    # reading is reported as the interpreter reports it, without GraphMend's frames
+    _report_uncaught(lambda: read.append(sys.stdin.buffer.read() if sys.stdin else b""))
+    program = _Program("__main__", "<stdin>", read[0], False, importlib.machinery.BuiltinImporter)
     _run_source(program, ["-", *args], "", config)
 
 
@@ -103,7 +106,15 @@ def run_command(command: str, args: list[str], config: Config) -> None:
     """Execute what ``python -c command`` executes: ``command``, named ``<string>``, in a
     ``__main__`` without ``__file__``, with the current directory first on ``sys.path``."""
     loader = importlib.machinery.BuiltinImporter
-    source = _cookie_ignored(command.encode("utf-8", "surrogateescape"))
+    try:
+        encoded = command.encode("utf-8")
+    except UnicodeEncodeError as error:  # bytes the locale cannot decode (surrogates)
+        write_stderr(
+            "Unable to decode the command from the command line:\n"
+            f"{type(error).__name__}: {error}\n"
+        )
+        raise SystemExit(1) from None
+    source = _cookie_ignored(encoded)
     program = _Program("__main__", "<string>", source, False, loader, has_file=False)
     _run_source(program, ["-c", *args], "", config)
 
@@ -173,6 +184,7 @@ def _is_compiled(path: str, data: bytes) -> bool:
 def _script_code(path: str, data: bytes, compiled: bool) -> types.CodeType:
     """The code of a script as the interpreter makes it: compiled, or read from a ``.pyc``."""
     if not compiled:
+        check_script_encoding(data, path)
         return compile_source(data, path)
     if data[:4] != importlib.util.MAGIC_NUMBER:
         raise RuntimeError("Bad magic number in .pyc file")
