@@ -647,6 +647,32 @@ def test_cli_clear_leaves_a_cache_others_can_write_and_says_so(cache_dir, module
         cache_dir.chmod(0o700)
 
 
+@pytest.mark.parametrize(
+    "command", [["check"], ["cache", "info"], ["cache", "clear"], ["run", "-h"]]
+)
+def test_cli_output_whose_reader_is_gone_stops_quietly(cache_dir, command):
+    # unbuffered (PYTHONUNBUFFERED=1, as container images set it), writing to a pipe
+    # nobody reads (| head) printed GraphMend's traceback with BrokenPipeError
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "graphmend", *command],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "GRAPHMEND_CACHE_DIR": str(cache_dir),
+                "PYTHONPATH": python_path(),
+            },
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (1, "")
+
+
 def test_cli_clear_removes_only_graphmends_entries(tmp_path, monkeypatch, capsys):
     # GRAPHMEND_CACHE_DIR naming a directory of the user's own (a home, a project): every
     # file ending in .gmc one level down was deleted as an entry, and every one named as

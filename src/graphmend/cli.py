@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from graphmend import __version__
 from graphmend.cache import SHARED, Access, BytecodeCache
@@ -72,13 +72,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(arguments[1:], prog)
         if arguments and arguments[0] == "report":
             return _report(arguments[1:], prog)
-        return _dispatch(_parser(prog).parse_args(arguments))
+        return _quiet_when_the_reader_leaves(lambda: _dispatch(_parser(prog).parse_args(arguments)))
     except (UsageError, ConfigError, PatternError, DiscoveryError) as error:
         print(f"graphmend: error: {error}", file=sys.stderr)
         return 2
     except ScriptError as error:
         print(f"graphmend: {error}", file=sys.stderr)
         return 2
+
+
+def _quiet_when_the_reader_leaves(action: Callable[[], int]) -> int:
+    """``action()``, GraphMend's own output; where its reader went away (``| head``),
+    stop quietly with status 1, as diff and grep do."""
+    try:
+        return action()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def program_name() -> str:
@@ -203,23 +213,19 @@ def _explain_or_diff(options: argparse.Namespace) -> int:
     rewrites = chosen_rewrites(options.rewrites)
     if options.command == "diff" and options.context < 0:
         raise UsageError("--context must be 0 or more")
-    try:
-        if options.command == "explain":
-            return explain(
-                options.targets, rewrites, as_json=options.json, declined_only=options.declined_only
-            )
-        return diff(options.targets, rewrites, as_json=options.json, context=options.context)
-    except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly, as diff and grep do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    if options.command == "explain":
+        return explain(
+            options.targets, rewrites, as_json=options.json, declined_only=options.declined_only
+        )
+    return diff(options.targets, rewrites, as_json=options.json, context=options.context)
 
 
 def _run(arguments: list[str], prog: str) -> int:
     options = _leading_options(arguments, "run", prog, flags=("-m", "-c"))
     if options is None:
-        print(_RUN_USAGE.format(prog=prog), end="")
-        return 0
+        return _quiet_when_the_reader_leaves(
+            lambda: print(_RUN_USAGE.format(prog=prog), end="") or 0
+        )
     extra, flags, rest = options
     for flag, run, needs in (("-m", run_module, "a module name"), ("-c", run_command, "a command")):
         if flag in flags:
