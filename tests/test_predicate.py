@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
+from torch.autograd import forward_ad
 
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
@@ -1755,3 +1756,28 @@ def test_an_attribute_store_of_a_constant_is_declined_without_naming_a_tensor() 
     result = rewrite(source, "<test>", {"predicate"})
     (reason,) = [f.reason for f in result.findings if f.rewrite == "predicate"]
     assert "stores into self.mode" in reason and "tensor" not in reason
+
+
+FORWARD_AD = """
+import torch
+
+def dual(x, c):
+    if c.sum() > 0:
+        y = x * 2
+    else:
+        y = torch.zeros_like(c)
+    return y
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_forward_ad_gives_no_tangent_where_the_original_gives_none(load_both, backend):
+    # dual tensors do not require grad: merged, torch.where gave y a zero tangent
+    tangents = []
+    for module in load_both(FORWARD_AD):
+        torch._dynamo.reset()
+        with forward_ad.dual_level():
+            x = forward_ad.make_dual(torch.tensor([0.0, -1.0, 2.0]), torch.ones(3))
+            y = torch.compile(module.dual, backend=backend)(x, -torch.ones(3))
+            tangents.append(forward_ad.unpack_dual(y).tangent)
+    assert tangents == [None, None]

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd import forward_ad
 
 from graphmend.runtime import cond_layout, subgraphs
 from graphmend.runtime.aliasing import lazy_views, stored_alias, watch
@@ -304,6 +305,11 @@ def _selected_pairs(
 
 
 def _records_gradients(values: tuple[Any, ...]) -> bool:
+    """Whether autograd records the branches: backward, where a result requires grad, or
+    forward AD, whose dual tensors do not say so (``torch.where`` gives a result a zero
+    tangent where the original's has none)."""
+    if forward_ad._current_level >= 0:
+        return True
     return torch.is_grad_enabled() and any(
         isinstance(value, torch.Tensor) and value.requires_grad for value in values
     )
