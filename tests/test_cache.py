@@ -5,6 +5,7 @@ Attacks by another user (which need root) are in ``test_cache_security.py``.
 
 from __future__ import annotations
 
+import errno
 import json
 import marshal
 import os
@@ -591,6 +592,26 @@ def test_cli_warm_makes_a_cache_others_can_read(tmp_path, monkeypatch, capsys):
     assert {_mode(path) for path in (cache_dir.parent, cache_dir, entry.parent)} == {0o755}
     assert cli_main(["cache", "info"]) == 0
     assert "access:    read-write\n" in capsys.readouterr().out
+
+
+def test_cli_warm_says_once_why_the_cache_cannot_be_created(tmp_path, monkeypatch, capsys, recwarn):
+    # a warning from the import hook's path, then an error without the reason
+    (tmp_path / "pkgs").mkdir()
+    (tmp_path / "pkgs" / "gm_warm_three.py").write_bytes(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    cache_dir = tmp_path / "cache"
+    monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(cache_dir))
+
+    def refused(directory, mode):  # as mkdir in /proc, which the checks cannot foresee
+        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
+
+    monkeypatch.setattr(graphmend.cache, "_make_directory", refused)
+    assert cli_main(["cache", "warm", "gm_warm_three"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"graphmend: error: cannot warm the cache in {cache_dir}: "
+        f"{cache_dir} cannot be created (No such file or directory)"
+    ]
+    assert not [w for w in recwarn if issubclass(w.category, GraphMendWarning)]
 
 
 @posix_modes

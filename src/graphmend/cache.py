@@ -283,15 +283,20 @@ class BytecodeCache:
             if path != current:
                 _remove_quietly(path)
 
-    def create_directories(self, mode: int) -> bool:
-        """Create the missing cache directories with ``mode``; whether all are usable."""
+    def create_directories(self, mode: int, problems: list[str] | None = None) -> bool:
+        """Create the missing cache directories with ``mode``; whether all are usable.
+        Why not goes to ``problems`` where given, else into a warning (once)."""
         for directory in (self.directory, self._tag_dir):
             try:
                 _make_directory(directory, mode)
             except OSError as error:
-                _warn_once(directory, f"{directory} cannot be created ({error.strerror or error})")
+                problem = f"{directory} cannot be created ({error.strerror or error})"
+                if problems is None:
+                    _warn_once(directory, problem)
+                else:
+                    problems.append(problem)
                 return False
-            if not self._trusted(directory):
+            if not self._trusted(directory, problems):
                 return False
         return True
 

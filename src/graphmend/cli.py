@@ -337,12 +337,10 @@ def _cache_warm(config: Config, patterns: list[str], *, follow_imports: bool) ->
     if not matching:
         raise UsageError(f"no modules on sys.path match {' '.join(patterns)}")
     cache = BytecodeCache(config.cache_dir)
-    check = cache.check()
-    if check.access is not Access.READ_WRITE or not cache.create_directories(SHARED):
-        raise UsageError(
-            f"cannot warm the cache in {config.cache_dir}: "
-            + (check.reason or "its directories cannot be created")
-        )
+    check, problems = cache.check(), []
+    if check.access is not Access.READ_WRITE or not cache.create_directories(SHARED, problems):
+        reason = check.reason or "; ".join(problems) or "its directories cannot be created"
+        raise UsageError(f"cannot warm the cache in {config.cache_dir}: {reason}")
     imported = imported_modules(matching, ModuleMatcher(config.packages)) if follow_imports else []
     modules = matching + imported
     rewriter = ModuleRewriter(config)
