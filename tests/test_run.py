@@ -119,6 +119,20 @@ def test_a_command_sees_what_python_dash_c_gives_it(project):
     assert failing.stderr == run_python("-c", "1/0", cwd=project).stderr
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [["-cimport sys; print(sys.argv)", "a"], ["-mgm_joined", "a"]],
+    ids=["-cCOMMAND", "-mMODULE"],
+)
+def test_a_flag_joined_to_its_value_runs_as_with_python(project, arguments):
+    # python takes -mpkg and -c'...'; run refused them as unknown options
+    (project / "gm_joined.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    plain = run_python(*arguments, cwd=project)
+    mended = run_python("-m", "graphmend", "run", *arguments, cwd=project)
+    assert plain.returncode == mended.returncode == 0, mended.stderr
+    assert mended.stdout == plain.stdout
+
+
 @pytest.mark.parametrize("cookie", ["# coding: latin-1", "#!python\n# vim: fileencoding=bogus"])
 def test_a_command_is_utf_8_whatever_its_coding_comment_says(project, cookie):
     # python -c ignores a coding comment: 'é' is one character, and no encoding is looked up.

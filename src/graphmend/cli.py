@@ -291,6 +291,10 @@ def _leading_options(
             index += 1
             if argument in ("-m", "-c"):
                 break
+        elif argument[:2] in ("-m", "-c") and argument[:2] in flags:
+            # joined, as python takes them: -mpkg, -c'print(1)'
+            seen.add(argument[:2])
+            return extra, seen, [argument[2:], *arguments[index + 1 :]]
         elif argument.startswith("-") and argument != "-":  # "-": standard input
             raise UsageError(f"unknown option {argument!r} (see '{prog} {command} -h')")
         else:
