@@ -292,6 +292,15 @@ def test_bad_targets_are_reported_and_the_others_still_explained(write_module, t
     assert out.splitlines()[-1].endswith("; 6 targets could not be explained (errors on stderr)")
 
 
+def test_a_directory_without_modules_is_an_error(capsys, tmp_path, monkeypatch):
+    # read as a namespace package, it was explained as 0 modules, exit status 0
+    (tmp_path / "gm_empty_directory").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    status, _out, err = _run(capsys, "explain", "gm_empty_directory")
+    assert status == 1
+    assert err == "graphmend: error: no Python modules in package 'gm_empty_directory'\n"
+
+
 @pytest.mark.parametrize("command", ["explain", "diff"])
 @pytest.mark.parametrize("target", ["torch.nn.functional", "os"])
 def test_a_module_graphmend_never_rewrites_is_refused(capsys, command, target):

@@ -79,7 +79,10 @@ def resolve(target: str) -> list[ModuleFile]:
             return modules
         spec = _find_spec(target)
         if spec.submodule_search_locations is not None:
-            return discover(matcher)
+            modules = discover(matcher)
+            if not modules:  # a directory without modules, taken as a namespace package
+                raise TargetError(f"no Python modules in package {target!r}")
+            return modules
     except (PatternError, DiscoveryError) as error:
         raise TargetError(str(error)) from None
     if not spec.origin or not spec.origin.endswith(".py"):
