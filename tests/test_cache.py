@@ -671,9 +671,11 @@ def test_cli_clear_leaves_a_cache_others_can_write_and_says_so(cache_dir, module
 @pytest.mark.parametrize(
     "command", [["check"], ["cache", "info"], ["cache", "clear"], ["run", "-h"]]
 )
-def test_cli_output_whose_reader_is_gone_stops_quietly(cache_dir, command):
-    # unbuffered (PYTHONUNBUFFERED=1, as container images set it), writing to a pipe
-    # nobody reads (| head) printed GraphMend's traceback with BrokenPipeError
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+def test_cli_output_whose_reader_is_gone_stops_quietly(cache_dir, command, unbuffered):
+    # writing to a pipe nobody reads (| head) printed GraphMend's traceback with
+    # BrokenPipeError unbuffered (PYTHONUNBUFFERED=1, as container images set it), and
+    # "Exception ignored" at exit buffered
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
@@ -684,7 +686,7 @@ def test_cli_output_whose_reader_is_gone_stops_quietly(cache_dir, command):
             text=True,
             env={
                 **os.environ,
-                "PYTHONUNBUFFERED": "1",
+                "PYTHONUNBUFFERED": unbuffered,
                 "GRAPHMEND_CACHE_DIR": str(cache_dir),
                 "PYTHONPATH": python_path(),
             },

@@ -1013,10 +1013,15 @@ def argument(x, out):
     print("step", x.shape, file=out)
     x.add_(1)
     return x * 2
+
+def builtin(x, out):
+    print("step", x.shape, file=len)
+    x.add_(1)
+    return x * 2
 """
 
 
-@pytest.mark.parametrize("name", ["literal", "constant", "argument"])
+@pytest.mark.parametrize("name", ["literal", "constant", "argument", "builtin"])
 def test_a_print_to_what_has_no_write_raises_where_it_stands(load_both, name):
     # a file name or a number as file=: print() raises AttributeError where it stands;
     # deferred, it raised after the graph had added 1 to the caller's x

@@ -482,6 +482,23 @@ def test_a_cold_rewrite_leaves_other_threads_warnings_alone():
     assert raised == ["raised"]
 
 
+def test_the_filter_for_a_claimed_file_leaves_no_copy_behind():
+    # a catch_warnings block entered while the filter is in place (by another thread)
+    # copies it; it stayed in force there, and Python's own compile of the file, after a
+    # warned rewrite, raised SyntaxError for its warning: the import failed
+    def for_mine() -> list[tuple]:
+        return [entry for entry in warnings.filters if "mine" in getattr(entry[3], "pattern", "")]
+
+    block = warnings.catch_warnings()
+    with pipeline._warnings_about("mine.py", "error"):
+        block.__enter__()
+    try:
+        assert for_mine() == []
+    finally:
+        block.__exit__(None, None, None)
+    assert for_mine() == []
+
+
 def test_a_compiler_warning_made_an_error_is_pythons_syntax_error(write_module, cache_dir, capsys):
     plain = write_module(COMPILER_WARNING)
     claimed = write_module(COMPILER_WARNING)

@@ -85,7 +85,9 @@ def _quiet_when_the_reader_leaves(action: Callable[[], int]) -> int:
     """``action()``, GraphMend's own output; where its reader went away (``| head``),
     stop quietly with status 1, as diff and grep do."""
     try:
-        return action()
+        status = action()
+        sys.stdout.flush()  # here, not at exit: buffered output meets the closed pipe now
+        return status
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -188,10 +188,13 @@ def _warnings_about(filename: str, action: str) -> Iterator[None]:
     try:
         yield
     finally:
-        for index, item in enumerate(filters):
-            if item is entry:
-                del filters[index]
-                break
+        # and from the list in force now: another thread's catch_warnings block entered
+        # meanwhile holds a copy of the filters, the entry included
+        for held in {id(filters): filters, id(warnings.filters): warnings.filters}.values():
+            for index, item in enumerate(held):
+                if item is entry:
+                    del held[index]
+                    break
 
 
 def _is_torch(module: str | None) -> bool:

@@ -534,7 +534,11 @@ class _Planner:
         and text, which print() cannot write to (it raises ``AttributeError`` where it
         stands, deferred it would raise after the graph updated its inputs), and never a
         file object (the call would keep its break all the same)."""
-        if file is None or self._is_static(file):
+        if file is None or (
+            isinstance(file, ast.Attribute)
+            and file.attr in _STATIC_SYS_ATTRIBUTES
+            and self._is_static(file)
+        ):
             return
         if isinstance(file, ast.Constant) and file.value is None:
             return
