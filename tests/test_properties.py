@@ -652,6 +652,21 @@ def test_more_graphs_sees_graphs_of_frames_plain_compiles() -> None:
     more = replace(plain, graphs=2, breaks=3, given_up=frozenset({"b"}))
     assert more_graphs(plain, replace(more, compiled_frames=frozenset({"forward", "a"}))) is None
     assert more_graphs(plain, replace(more, compiled_frames=frozenset({"forward", "b"})))
+    # a frame plain compiled for another call too is not one it runs in Python
+    compiled_too = replace(plain, compiled_frames=frozenset({"forward", "a"}))
+    assert more_graphs(compiled_too, replace(more, compiled_frames=frozenset({"forward", "a"})))
+
+
+def test_a_frame_whose_failure_reaches_the_caller_is_not_given_up() -> None:
+    """A compile failing with an error the caller gets (a reshape failing on fake
+    tensors) leaves nothing run in Python: the graphs are compared all the same."""
+    program = Program(
+        "x = x * 2\ntorch._dynamo.graph_break()\nx = x.reshape(-1, 8).reshape(-1, 4)\nreturn x\n",
+        (_zeros(2, 0.5), _zeros(4, 0.5), _zeros(3, 0.5)),
+    )
+    plain = run(program, mended=False, compiled=True)
+    assert plain.calls[-1].error is not None and plain.given_up == frozenset()
+    assert more_graphs(plain, replace(plain, graphs=plain.graphs + 1, breaks=plain.breaks + 1))
 
 
 def test_same_is_bitwise() -> None:

@@ -62,7 +62,7 @@ class Run:
     # frame without tensor operations keeps none either)
     forward_compiled: bool | None = None
     # the names of the frames (``forward``, resume functions named by the line they
-    # resume at) a compile gave up, and of those holding compiled code
+    # resume at) a compile gave up and ran in Python, and of those holding compiled code
     given_up: frozenset[str] = frozenset()
     compiled_frames: frozenset[str] = frozenset()
 
@@ -120,7 +120,7 @@ def run(
             _breaks() + len(skipped),
             frames["total"] - frames["ok"] + len(skipped),
             _compiled(module),
-            frozenset(name for name, _ in given_up),
+            frozenset(name for name, error in given_up if _ran_in_python(error)),
             frozenset(compiled_frames),
         )
     finally:
@@ -162,6 +162,16 @@ def _frames_given_up() -> Iterator[list[tuple[str, Exception]]]:
         yield given_up
     finally:
         convert_frame.transform_code_object = original
+
+
+def _ran_in_python(error: Exception) -> bool:
+    """Whether TorchDynamo runs the frame in Python after ``error`` ended its compile (a
+    break it cannot resume after), not gives ``error`` to the caller (a failure on fake
+    tensors, a data-dependent guard: ``UserError``)."""
+    failures = torch._dynamo.exc
+    return isinstance(error, failures.SkipFrame | failures.Unsupported) and not isinstance(
+        error, failures.UserError
+    )
 
 
 #: Why TorchDynamo 2.5 gives a frame up at a break inside a loop.
@@ -414,5 +424,5 @@ def _compiles_what_plain_gives_up(plain: Run, mended: Run) -> bool:
     return (
         mended.abandoned < plain.abandoned
         or not plain.forward_compiled
-        or bool(plain.given_up & mended.compiled_frames)
+        or bool(plain.given_up & mended.compiled_frames - plain.compiled_frames)
     )
