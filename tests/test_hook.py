@@ -415,6 +415,23 @@ def test_a_module_a_finder_with_find_module_alone_serves_is_that_finders(
         assert importlib.import_module(name).WHO == "the legacy finder"
 
 
+@pytest.mark.parametrize("line", [1, 3])
+def test_a_byte_its_encoding_cannot_decode_in_a_comment_is_no_fallback(
+    write_module, cache_dir, line
+):
+    # Python imports it (the compiler skips comments); the rewrite decoded the text and
+    # fell back with a warning on every import
+    lines = [b"import torch", b"def f(x):", b"    print('x', x)", b"    return x"]
+    lines.insert(line - 1, b"# caf\xe9")
+    name = write_module("")
+    Path(importlib.util.find_spec(name).origin).write_bytes(b"\n".join(lines) + b"\n")
+    _install(name, cache_dir=cache_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no GraphMendWarning
+        module = importlib.import_module(name)
+    assert isinstance(module.__loader__, GraphMendLoader) and hasattr(module, "_@gm_rt")
+
+
 def test_a_cold_rewrite_reports_its_time(write_module, cache_dir):
     # GRAPHMEND_LOG=debug: "rewritten (...) in 12.3 ms"
     name = write_module(COMPILER_WARNING)

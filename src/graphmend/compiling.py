@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import tokenize
 from typing import Any
 
@@ -26,17 +27,22 @@ def compile_source(source: bytes | str, filename: str, flags: int = 0) -> Any:
         raise SyntaxError("source code cannot contain null bytes", where) from None
 
 
-#: A comment declaring the encoding of a source file (PEP 263).
-_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", re.ASCII)
+#: A comment declaring the encoding of a source file (PEP 263), and a line that may come
+#: before it (blank, or a comment).
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
+_BLANK = re.compile(rb"^[ \t\f]*(?:#|$)")
+_NEWLINE = re.compile(rb"\r\n|\r|\n")
 
 
 def source_text(source: bytes) -> str:
     """``source`` as text, as ``importlib.util.decode_source`` gives it (its encoding
     honoured, newlines translated), where a byte the encoding cannot decode is replaced:
     the compiler reads comments without decoding them, so a module whose comment holds
-    one (a Latin-1 ``é`` under a UTF-8 declaration) imports, and its text is needed for
-    its lines alone."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    one (a Latin-1 ``é``) imports, and its text is needed for its lines alone."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    except SyntaxError:  # such a byte in the first two lines, with no declaration
+        encoding = "utf-8"
     decoder = io.IncrementalNewlineDecoder(None, translate=True)
     return decoder.decode(source.decode(encoding, errors="replace"), final=True)
 
@@ -45,17 +51,18 @@ def check_script_encoding(source: bytes, filename: str) -> None:
     """Raise the ``SyntaxError`` the interpreter raises for a script (``python path``,
     ``python -``) that declares no encoding and is not UTF-8: its reader checks every
     line, comments included, where ``compile`` of the bytes (an import) skips comments."""
-    first_lines = source.split(b"\n", 2)[:2]
-    if source.startswith(b"\xef\xbb\xbf") or any(
-        _CODING.match(line.decode("latin-1")) for line in first_lines
-    ):
+    first, second = [*_NEWLINE.split(source, 2)[:2], b""][:2]
+    declared = _CODING.match(first) or (_BLANK.match(first) and _CODING.match(second))
+    if source.startswith(b"\xef\xbb\xbf") or declared:
         return
     try:
         source.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = source.count(b"\n", 0, error.start) + 1
+        line = len(_NEWLINE.findall(source, 0, error.start)) + 1
+        pep = "https://peps.python.org/pep-0263/"
+        if sys.version_info < (3, 11):  # its reader had read the next line already
+            line, pep = line + 1, "https://python.org/dev/peps/pep-0263/"
         raise SyntaxError(
             f"Non-UTF-8 code starting with '\\x{source[error.start]:02x}' in file {filename} "
-            f"on line {line}, but no encoding declared; see https://peps.python.org/pep-0263/ "
-            "for details"
+            f"on line {line}, but no encoding declared; see {pep} for details"
         ) from None
