@@ -718,16 +718,18 @@ def test_cli_clear_removes_only_graphmends_entries(tmp_path, monkeypatch, capsys
     (entry,) = [path for path in _entries(home) if path not in own]
     leftover = entry.parent / f".{entry.name}.a1b2c3d4.tmp"  # a writer stopped at its start
     leftover.touch()
+    emptied = entry.parent / f"{entry.name[:-36]}{'0' * 32}.gmc"  # by a crash, say
+    emptied.touch()
     monkeypatch.setenv("GRAPHMEND_CACHE_DIR", str(home))
     assert cli_main(["cache", "clear"]) == 1
     out, err = capsys.readouterr()
-    assert out == f"removed 1 entry from {home}\n"
+    assert out == f"removed 2 entries from {home}\n"
     mine = home / "python" / "mine.gmc"
     assert err.splitlines() == [
         f"graphmend: error: {mine} is not an entry of GraphMend's cache; it was left as it is"
     ]
     assert {path: path.read_bytes() for path in own} == own
-    assert not entry.exists() and not leftover.exists()
+    assert not entry.exists() and not leftover.exists() and not emptied.exists()
 
 
 #: Runs a command without root's power to ignore file modes (as root, through setpriv).

@@ -395,8 +395,8 @@ def _listing(directory: Path, suffix: str = "") -> list[Path]:
 
 
 #: The names of the directories entries are stored in: an interpreter's cache tag
-#: (``cpython-311``, ``pypy310``), or ``python`` where it has none.
-_TAG = re.compile(r"[a-z]+-?\d+|python")
+#: (``cpython-311``, ``pypy310``, ``graalpy240-310``), or ``python`` where it has none.
+_TAG = re.compile(r"[a-z]+(?:[0-9]+(?:-[0-9]+)?|-[0-9]+)|python")
 #: The name of an entry, and of the temporary file it was written to first.
 _ENTRY = re.compile(rf"[^/]+\.[0-9a-f]{{{2 * _SLOT_BYTES}}}-[0-9a-f]{{32}}{re.escape(SUFFIX)}")
 _TEMPORARY = re.compile(rf"\.{_ENTRY.pattern}\.[a-z0-9_]{{8}}\.tmp")
@@ -404,10 +404,10 @@ _TEMPORARY = re.compile(rf"\.{_ENTRY.pattern}\.[a-z0-9_]{{8}}\.tmp")
 
 def _foreign_file(path: Path) -> str | None:
     """Why ``path``, named as an entry or its temporary file, must be left as it is, or
-    ``None``: it is not named as GraphMend names them, or is not one as GraphMend writes
-    them (a header whose checksum holds; a temporary file may also be empty).  A
-    ``GRAPHMEND_CACHE_DIR`` naming a directory of the user's own must not cost the user
-    a file."""
+    ``None``: it is not named as GraphMend names them, or does not start as GraphMend
+    writes them (a file emptied by a crash, or a temporary file written no further than
+    its creation, is one of GraphMend's).  A ``GRAPHMEND_CACHE_DIR`` naming a directory
+    of the user's own must not cost the user a file."""
     foreign = f"{path} is not an entry of GraphMend's cache; it was left as it is"
     if not (_ENTRY.fullmatch(path.name) or _TEMPORARY.fullmatch(path.name)):
         return foreign
@@ -418,17 +418,10 @@ def _foreign_file(path: Path) -> str | None:
     except OSError as error:
         return f"{path} cannot be read ({error.strerror or error}); it was left as it is"
     with os.fdopen(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return foreign
-        data = handle.read()
-    if not data and _TEMPORARY.fullmatch(path.name):
-        return None  # written no further than its creation
-    if len(data) < _HEADER.size:
-        return foreign
-    magic, _key, checksum, _meta_length = _HEADER.unpack_from(data)
-    if magic != _MAGIC or _checksum(data[_HEADER.size :]) != checksum:
-        return foreign
-    return None
+        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+        if regular and handle.read(len(_MAGIC)) in (_MAGIC, b""):
+            return None
+    return foreign
 
 
 def _removal_problem(path: Path) -> str | None:
