@@ -292,6 +292,21 @@ def test_bad_targets_are_reported_and_the_others_still_explained(write_module, t
     assert out.splitlines()[-1].endswith("; 6 targets could not be explained (errors on stderr)")
 
 
+@pytest.mark.parametrize("target", ["gm_namespace.inner", "gm_namespace.inner.leaf"])
+def test_a_namespace_package_inside_a_namespace_package_is_explained(
+    capsys, tmp_path, monkeypatch, target
+):
+    # its path reads the parent package from sys.modules, which nothing imported: a
+    # KeyError traceback from importlib
+    inner = tmp_path / "gm_namespace" / "inner"
+    inner.mkdir(parents=True)
+    (inner / "leaf.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    status, out, err = _run(capsys, "explain", target)
+    assert (status, err) == (0, "")
+    assert out.startswith("gm_namespace.inner.leaf (")
+
+
 def test_a_directory_without_modules_is_an_error(capsys, tmp_path, monkeypatch):
     # read as a namespace package, it was explained as 0 modules, exit status 0
     (tmp_path / "gm_empty_directory").mkdir()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+import os
 import sys
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -96,7 +97,12 @@ def _find_spec(name: str) -> importlib.machinery.ModuleSpec:
     parts = name.split(".")
     for index in range(1, len(parts) + 1):
         current = ".".join(parts[:index])
-        spec = importlib.machinery.PathFinder.find_spec(current, search)
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(current, search)
+        except KeyError:  # a namespace package in a package: its path reads the parent's
+            spec = importlib.machinery.ModuleSpec(current, None, is_package=True)
+            directories = (os.path.join(entry, parts[index - 1]) for entry in search or ())
+            spec.submodule_search_locations = [d for d in directories if os.path.isdir(d)]
         if spec is None:
             raise TargetError(f"no module named {current!r} on sys.path")
         if index < len(parts):
