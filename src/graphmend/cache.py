@@ -164,7 +164,7 @@ def _slot_prefix(module_name: str, key: bytes) -> str:
 
 def _file_name_part(module_name: str) -> str:
     """The module's name as its entries' file names hold it: as it is where it is made of
-    identifiers and fits; else its last part (an identifier of ASCII letters, up to 40)
+    identifiers and fits; else its last part (an ASCII identifier, its first 40 characters)
     and ``~`` with a digest of the whole.  Any string names a module
     (``spec_from_file_location``): a NUL, a ``/`` or a glob's ``*`` must not reach the
     file system, and a ``transformers_modules`` name with a commit in it may be longer
