@@ -295,12 +295,13 @@ def test_a_script_not_in_utf8_runs_or_fails_as_with_python(project, source, stat
 
 @pytest.mark.parametrize(
     "arguments",
-    [["-"], ["-c", b"print(1) #\xe9"]],
-    ids=["closed standard input", "a command the locale cannot decode"],
+    [["-"], ["-c", b"print(1) #\xe9"], ["-c", b"\xef\xbb\xbfprint(1)"]],
+    ids=["closed standard input", "a command the locale cannot decode", "a byte order mark"],
 )
 def test_what_python_cannot_read_is_reported_as_python_reports_it(project, arguments):
     # run - read sys.stdin.buffer of a closed standard input (None): GraphMend's own
-    # traceback, where python runs an empty program; an undecodable command ran
+    # traceback, where python runs an empty program; an undecodable command ran, and one
+    # starting with a byte order mark (compiled as bytes, where python compiles text)
     environment = {**os.environ, "PYTHONPATH": python_path()}
     plain, mended = (
         subprocess.run(

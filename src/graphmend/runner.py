@@ -115,7 +115,7 @@ def run_command(command: str, args: list[str], config: Config) -> None:
         )
         raise SystemExit(1) from None
     source = _cookie_ignored(encoded)
-    program = _Program("__main__", "<string>", source, False, loader, has_file=False)
+    program = _Program("__main__", "<string>", source, False, loader, has_file=False, text=command)
     _run_source(program, ["-c", *args], "", config)
 
 
@@ -139,6 +139,9 @@ class _Program:
     compiled: bool  # a .pyc: run as it is, never rewritten
     loader: object
     has_file: bool = True  # ``__file__`` and ``__cached__`` set (not for ``-c``)
+    #: ``-c``'s command, which the interpreter compiles as text (a coding comment is
+    #: ignored, and a byte order mark is a character, which it refuses)
+    text: str | None = None
 
 
 def _run_source(
@@ -160,7 +163,7 @@ def _run_source(
     def execute() -> None:
         # Compiled first as the interpreter compiles it, every run (a script has no .pyc):
         # its warnings, and a syntax error reported as the interpreter reports it.
-        plain = _script_code(program.filename, program.source, program.compiled)
+        plain = _script_code(program.filename, program.text or program.source, program.compiled)
         code = (
             rewriter.code_for(program.name, program.filename, program.source) if rewriter else None
         )
@@ -181,8 +184,11 @@ def _is_compiled(path: str, data: bytes) -> bool:
     return path.endswith(".pyc") or data[:2] == importlib.util.MAGIC_NUMBER[:2]
 
 
-def _script_code(path: str, data: bytes, compiled: bool) -> types.CodeType:
-    """The code of a script as the interpreter makes it: compiled, or read from a ``.pyc``."""
+def _script_code(path: str, data: bytes | str, compiled: bool) -> types.CodeType:
+    """The code of a script as the interpreter makes it: compiled (its bytes, or ``-c``'s
+    text), or read from a ``.pyc``."""
+    if isinstance(data, str):
+        return compile_source(data, path)
     if not compiled:
         check_script_encoding(data, path)
         return compile_source(data, path)
