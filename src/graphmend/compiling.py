@@ -29,7 +29,7 @@ def compile_source(source: bytes | str, filename: str, flags: int = 0) -> Any:
 
 #: A comment declaring the encoding of a source file (PEP 263), and a line that may come
 #: before it (blank, or a comment).
-_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
+CODING_COMMENT = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
 _BLANK = re.compile(rb"^[ \t\f]*(?:#|$)")
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
 
@@ -52,7 +52,7 @@ def check_script_encoding(source: bytes, filename: str) -> None:
     ``python -``) that declares no encoding and is not UTF-8: its reader checks every
     line, comments included, where ``compile`` of the bytes (an import) skips comments."""
     first, second = [*_NEWLINE.split(source, 2)[:2], b""][:2]
-    declared = _CODING.match(first) or (_BLANK.match(first) and _CODING.match(second))
+    declared = CODING_COMMENT.match(first) or (_BLANK.match(first) and CODING_COMMENT.match(second))
     if source.startswith(b"\xef\xbb\xbf") or declared:
         return
     try:

@@ -23,7 +23,6 @@ import importlib.machinery
 import importlib.util
 import sys
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from types import CodeType, ModuleType
@@ -204,9 +203,5 @@ def _legacy_spec(
     find_module = getattr(finder, "find_module", None)
     if sys.version_info >= (3, 12) or find_module is None:
         return None
-    name = getattr(finder, "__qualname__", type(finder).__qualname__)  # as importlib names it
-    warnings.warn(
-        f"{name}.find_spec() not found; falling back to find_module()", ImportWarning, stacklevel=1
-    )
     loader = find_module(fullname, path)
     return None if loader is None else importlib.util.spec_from_loader(fullname, loader)

@@ -19,7 +19,6 @@ import importlib.util
 import marshal
 import os
 import pkgutil
-import re
 import runpy
 import sys
 import types
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import graphmend
 from graphmend.activation import Installation, install_config
-from graphmend.compiling import check_script_encoding, compile_source
+from graphmend.compiling import CODING_COMMENT, check_script_encoding, compile_source
 from graphmend.config import Config
 from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
@@ -37,8 +36,6 @@ from graphmend.patterns import reserved
 #: GraphMend's package directory (with its separator: ``graphmend_tools/`` beside it is
 #: none of it) and runpy: the frames dropped from the top of an uncaught error's traceback.
 _OWN_FILES = (os.path.join(Path(graphmend.__file__).parent, ""), runpy.__file__)
-#: A comment that declares the encoding of a source file (PEP 263).
-_CODING_COMMENT = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
 
 
 class ScriptError(Exception):
@@ -124,7 +121,7 @@ def _cookie_ignored(source: bytes) -> bytes:
     in its first two lines says: such a comment is emptied (the lines stay as they are)."""
     lines = source.split(b"\n", 2)
     for index, line in enumerate(lines[:2]):
-        if _CODING_COMMENT.match(line):
+        if CODING_COMMENT.match(line):
             lines[index] = b"#"
     return b"\n".join(lines)
 
