@@ -534,13 +534,9 @@ class _Planner:
         and text, which print() cannot write to (it raises ``AttributeError`` where it
         stands, deferred it would raise after the graph updated its inputs), and never a
         file object (the call would keep its break all the same)."""
-        if file is None or (
-            isinstance(file, ast.Attribute)
-            and file.attr in _STATIC_SYS_ATTRIBUTES
-            and self._is_static(file)
-        ):
+        if file is None or (isinstance(file, ast.Constant) and file.value is None):
             return
-        if isinstance(file, ast.Constant) and file.value is None:
+        if isinstance(file, ast.Attribute) and self._is_static(file):  # sys.stdout, sys.stderr
             return
         raise Decline(
             "print()'s file= is not sys.stdout or sys.stderr: a file object cannot be "
