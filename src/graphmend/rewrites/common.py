@@ -115,6 +115,11 @@ def store(name: str) -> ast.Name:
     return ast.Name(id=name, ctx=ast.Store())
 
 
+def tuple_of(elements: Iterable[ast.expr]) -> ast.Tuple:
+    """A tuple display of ``elements``, read."""
+    return ast.Tuple(elts=list(elements), ctx=ast.Load())
+
+
 def runtime_call(helper: str, *args: ast.expr) -> ast.Call:
     """``_@gm_rt.<helper>(*args)``."""
     func = ast.Attribute(value=load(RUNTIME), attr=helper, ctx=ast.Load())

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from graphmend.analysis.bindings import FunctionNode, items_read_after, live_after, names_read
 from graphmend.analysis.scopes import ModuleScopes, Resolution
-from graphmend.rewrites.common import FRAME_INTROSPECTION
+from graphmend.rewrites.common import FRAME_INTROSPECTION, tuple_of
 
 #: Builtins that read a function's locals by no name (``locals()``, ``vars()``, ``eval``);
 #: ``dir()`` lists only their names.
@@ -44,7 +44,7 @@ def kept_argument(
     candidates = (scopes.locals_of(function) | local) - set(rebound)  # free variables too
     live = {name for name in candidates if live_after(function, statement, name)}
     also = set(also)
-    return _tuple(
+    return tuple_of(
         _entry(name, None if name in also else items_read_after(function, statement, name))
         for name in sorted(live | also)
     )
@@ -57,17 +57,13 @@ def _entry(name: str, subscripts: list[ast.expr] | None) -> ast.expr:
     if subscripts is None:
         return ast.Constant(name)
     selectors = [
-        _tuple(ast.Constant(_literal(part)) for part in (each.lower, each.upper, each.step))
+        tuple_of(ast.Constant(_literal(part)) for part in (each.lower, each.upper, each.step))
         if isinstance(each, ast.Slice)
         else ast.Constant(_literal(each))
         for each in subscripts
     ]
-    return _tuple([ast.Constant(name), *selectors])
+    return tuple_of([ast.Constant(name), *selectors])
 
 
 def _literal(node: ast.expr | None) -> int | None:
     return None if node is None else ast.literal_eval(node)
-
-
-def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:
-    return ast.Tuple(elts=list(elements), ctx=ast.Load())

@@ -44,12 +44,9 @@ from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import (
     assigned_on_every_path,
-    identity_used_after,
     is_name_target,
     live_after,
-    names_read,
     stored_names,
-    used_in_place_after,
 )
 from graphmend.analysis.scopes import STATIC_KINDS, Resolution
 from graphmend.analysis.speculation import BranchFacts, SpeculationChecker, speculation_problem
@@ -62,10 +59,14 @@ from graphmend.rewrites.common import (
     load,
     locate,
     make_function,
-    mangled,
     mark_continuable,
     runtime_call,
     store,
+    tuple_of,
+)
+from graphmend.rewrites.conditional_expressions import (
+    ConditionalExpressions,
+    expressions_in_scope,
 )
 from graphmend.rewrites.conditions import (
     ConditionTranslator,
@@ -73,6 +74,7 @@ from graphmend.rewrites.conditions import (
     test_to_evaluate_again,
 )
 from graphmend.rewrites.kept_names import kept_argument
+from graphmend.rewrites.merging import check_not_told_apart_after, submodule_read
 
 
 @dataclass
@@ -165,7 +167,7 @@ class PredicateRewrite(FunctionStatementRewriter):
     def _rewrite_conditional_expressions(self, statement: ast.stmt) -> ast.stmt:
         candidates = [
             node
-            for node in _expressions_in_scope(statement)
+            for node in expressions_in_scope(statement)
             if isinstance(node, ast.IfExp) and self.may_hold_tensor_data(node.test)
         ]
         if not candidates:
@@ -173,7 +175,7 @@ class PredicateRewrite(FunctionStatementRewriter):
         rewritten = copy.deepcopy(statement)
         definitions: list[ast.stmt] = []
         try:
-            transformer = _ConditionalExpressions(self, statement, rewritten, definitions)
+            transformer = ConditionalExpressions(self, statement, rewritten, definitions)
             rewritten = transformer.visit(rewritten)
         except Decline as reason:
             self.record(candidates[0], Decision.DECLINED, str(reason))
@@ -262,7 +264,7 @@ class _Site:
                 assigned_on_every_path(self.else_arm)
             )
             if (everywhere or name in self.bound) and not self.nested:
-                _check_not_told_apart_after(self.rewriter, self.statement, name, "the if")
+                check_not_told_apart_after(self.rewriter, self.statement, name, "the if")
             if everywhere or name in self.bound:
                 outputs.append(name)
             elif self.nested or live_after(function, self.statement, name):
@@ -297,15 +299,15 @@ class _Site:
             "branch",
             load(condition_name),
             load(then_name),
-            _tuple(load(p) for p in then_parameters),
+            tuple_of(load(p) for p in then_parameters),
             load(else_name),
-            _tuple(load(p) for p in else_parameters),
-            _tuple(self._module_reads(then_state, else_state)),
+            tuple_of(load(p) for p in else_parameters),
+            tuple_of(self._module_reads(then_state, else_state)),
             ast.Constant(self.facts.expensive),
-            _tuple(in_place),
+            tuple_of(in_place),
         )
         kept = (
-            _tuple([]) if self.returns else self.rewriter.kept_after(self.statement, self.outputs)
+            tuple_of([]) if self.returns else self.rewriter.kept_after(self.statement, self.outputs)
         )
         call.keywords.append(ast.keyword(arg="kept", value=kept))
         return [
@@ -371,7 +373,7 @@ class _Site:
             results = [load(n) for n in self.outputs]
             if not self.nested:
                 results += [load(n) for n in self.slots.items]
-            body.append(ast.Return(value=_tuple(results)))
+            body.append(ast.Return(value=tuple_of(results)))
         parameters = sorted(
             self.rewriter.local_reads([*arm, *results]) | set(self.outputs) | set(self.slots.items)
         )
@@ -440,7 +442,7 @@ class _Site:
             if statement.value is None:
                 raise Decline("a branch returns None implicitly, which cannot be selected")
             self.checker.expression(statement.value)
-            return [ast.Return(value=_tuple([copy.deepcopy(statement.value)]))]
+            return [ast.Return(value=tuple_of([copy.deepcopy(statement.value)]))]
         if isinstance(statement, ast.Assign | ast.AnnAssign):
             return self._transform_assignment(statement, state)
         if isinstance(statement, ast.If):
@@ -538,174 +540,6 @@ class _Site:
         )
 
 
-class _ConditionalExpressions(ast.NodeTransformer):
-    """Replaces tensor-valued ``a if c else b`` by the merged value, or the original choice::
-
-    m[0] if (m := _@gm_rt.branch((c := <cond>), then, (...), else_, (...), ...)) is not None
-    else (then(...)[0] if c else else_(...)[0])
-    """
-
-    def __init__(
-        self,
-        rewriter: PredicateRewrite,
-        statement: ast.stmt,
-        copy_: ast.stmt,
-        definitions: list[ast.stmt],
-    ) -> None:
-        self.rewriter = rewriter
-        self.statement = statement
-        self.whole_value = getattr(copy_, "value", None)  # the expression the copy computes
-        self.whole_statement = copy_
-        self.definitions = definitions
-        self.bound = rewriter.bound_at(statement)
-        self.search: str | None = None  # the statement's search token, named by its first site
-
-    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
-        return node  # its own scope
-
-    def _kept(self, node: ast.IfExp) -> ast.expr:
-        """The ``kept`` argument of the runtime's ``branch`` for ``node``
-        (:meth:`PredicateRewrite.kept_after`): the statement's target is rebound where
-        ``node`` is its whole value (``h = ... if c else h``); where it is part of a
-        larger one, the statement may read any name after the merge too."""
-        statement = self.whole_statement
-        if self.whole_value is not node:
-            return self.rewriter.kept_after(self.statement, [], also=names_read(statement))
-        if isinstance(statement, ast.Return):
-            return _tuple([])
-        targets = statement.targets if isinstance(statement, ast.Assign) else []
-        rebound = [target.id for target in targets if isinstance(target, ast.Name)]
-        return self.rewriter.kept_after(self.statement, rebound if len(targets) == 1 else [])
-
-    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
-
-    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
-        if not self.rewriter.may_hold_tensor_data(node.test):
-            return self.generic_visit(node)
-        self._check_no_update_in_place_after()
-        module = self.rewriter.module
-        checker = SpeculationChecker(
-            module.scopes, self.rewriter.enclosing.functions, in_branch=True
-        )
-        names = module.fresh_names("then", "else", "cond", "merged", "search")
-        self.search = self.search or names["search"]
-        branches: list[ast.expr] = []
-        for label, value in (("then", node.body), ("else", node.orelse)):
-            checker.expression(value)
-            parameters = sorted(self.rewriter.local_reads([value]))
-            unbound = [p for p in parameters if p not in self.bound]
-            if unbound:
-                raise Decline(f"a branch reads {unbound[0]}, which may be unbound here")
-            name = names[label]
-            function = make_function(name, parameters, [ast.Return(value=_tuple([value]))], [])
-            self.definitions.append(locate(function, self.statement))  # type: ignore[arg-type]
-            branches += [load(name), _tuple(load(p) for p in parameters)]
-        if checker.facts.problem is not None:
-            raise Decline(f"a value cannot be computed ahead of time: {checker.facts.problem}")
-        prelude, condition = self.rewriter.translate_condition(node.test)
-        if prelude and self.whole_value is not node:
-            raise Decline(
-                "an and/or condition inside a larger expression would change evaluation order"
-            )
-        self.definitions.extend(locate(statement, self.statement) for statement in prelude)
-        call = runtime_call(
-            "branch",
-            ast.NamedExpr(target=store(names["cond"]), value=condition),
-            *branches,
-            _tuple(
-                submodule_read(m, self.bound, self.rewriter.enclosing.class_name)
-                for m in checker.facts.modules
-            ),
-            ast.Constant(checker.facts.expensive),
-        )
-        call.keywords.append(ast.keyword(arg="kept", value=self._kept(node)))
-        merged = ast.NamedExpr(target=store(names["merged"]), value=call)
-        # Not exact to merge: the original choice, on the host, in this frame (the
-        # original graph break; inside a helper it would split the graph once more),
-        # and the original branches, not the branch functions: a function still live
-        # at the break makes TorchDynamo guard the resumed frame on the id of its code
-        # object, a guard that failed on later calls in long runs (a recompile, one
-        # graph more than plain).
-        original = copy.deepcopy(node)
-        test = self.rewriter.original_choice(node.test, names["cond"], self.search)
-        fallback = ast.IfExp(test=test, body=original.body, orelse=original.orelse)
-        return ast.IfExp(
-            test=ast.Compare(left=merged, ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
-            body=_first(load(names["merged"])),
-            orelse=fallback,
-        )
-
-    def _check_no_update_in_place_after(self) -> None:
-        """A name the statement binds, updated in place after it, would no longer update
-        the object the original bound there (an argument, a view of one): a merged
-        value is a new tensor."""
-        statement = self.statement
-        targets = statement.targets if isinstance(statement, ast.Assign) else []
-        if isinstance(statement, ast.AnnAssign):
-            targets = [statement.target]
-        for name in sorted(frozenset().union(*(stored_names(t) for t in targets))):
-            _check_not_told_apart_after(
-                self.rewriter, statement, name, "the conditional expression"
-            )
-
-
-def _check_not_told_apart_after(
-    rewriter: PredicateRewrite, site: ast.stmt, name: str, what: str
-) -> None:
-    """Decline when code after ``site`` could tell a merged ``name`` (a new tensor) from
-    the object the original binds there: by updating it in place, or by its identity
-    (there, or in a function of the module it is passed to)."""
-    functions = rewriter.enclosing.functions
-    function = functions[-1]
-    assert isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
-    if used_in_place_after(function, site, name):
-        raise Decline(
-            f"{name} is updated in place after {what}; a merged value is a new tensor, so "
-            "the update would no longer reach the object it held"
-        )
-    if identity_used_after(function, site, name, rewriter.module.callees, functions):
-        raise Decline(
-            f"{name}'s identity is used after {what} (is, id(), data_ptr()); a merged "
-            "value is a new tensor, not the object the original holds"
-        )
-
-
-def _first(value: ast.expr) -> ast.Subscript:
-    return ast.Subscript(value=value, slice=ast.Constant(0), ctx=ast.Load())
-
-
-def safe_attribute_chain(
-    chain: ast.expr, bound: frozenset[str] | set[str], class_name: str | None
-) -> ast.expr:
-    """``a.b.c`` as ``_@gm_rt.attribute(_@gm_rt.attribute(a, "b"), "c")``: read ahead of time,
-    a missing attribute (``a`` is ``None``) gives MISSING instead of an exception.
-    Private names are mangled as in ``class_name``, where the chain is written.
-
-    ``a`` must be bound at that point; else the site is declined.
-    """
-    if isinstance(chain, ast.Attribute):
-        inner = safe_attribute_chain(chain.value, bound, class_name)
-        return runtime_call("attribute", inner, ast.Constant(mangled(chain.attr, class_name)))
-    if isinstance(chain, ast.Name) and chain.id in bound:
-        return load(chain.id)
-    raise Decline(f"it calls {ast.unparse(chain)}..., which may not be bound before the if")
-
-
-def submodule_read(
-    chain: ast.expr, bound: frozenset[str] | set[str], class_name: str | None
-) -> ast.expr:
-    """What a branch calls (``self.proj``, ``h.tril``), read as :func:`safe_attribute_chain`
-    does, its last attribute through ``_@gm_rt.callee``: a tensor's method is no submodule."""
-    if isinstance(chain, ast.Attribute):
-        owner = safe_attribute_chain(chain.value, bound, class_name)
-        return runtime_call("callee", owner, ast.Constant(mangled(chain.attr, class_name)))
-    return safe_attribute_chain(chain, bound, class_name)
-
-
-def _tuple(elements: Iterable[ast.expr]) -> ast.Tuple:
-    return ast.Tuple(elts=list(elements), ctx=ast.Load())
-
-
 def _reads(statement: ast.stmt) -> list[ast.AST]:
     """What a branch's statement reads before anything of it runs (a nested ``if``: its
     test; its branches are checked statement by statement)."""
@@ -732,18 +566,3 @@ def _assigned_names(arm: Sequence[ast.stmt]) -> set[str]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
     return names
-
-
-def _expressions_in_scope(statement: ast.stmt) -> list[ast.AST]:
-    """Nodes of a simple statement, not entering lambdas or comprehensions."""
-    found: list[ast.AST] = []
-    pending: list[ast.AST] = [statement]
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        if isinstance(
-            node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
-        ):
-            continue
-        pending.extend(ast.iter_child_nodes(node))
-    return found
