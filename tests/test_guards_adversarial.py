@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import pytest
 import torch
 
@@ -69,6 +72,46 @@ def test_raise_of_what_is_not_an_exception_class_keeps_its_break(
     assert expected[1][0] is not RuntimeError
     assert _compiled_outcomes(rewritten.check, *calls) == expected
     assert _graphs(rewritten.check, VALID) <= _graphs(plain.check, VALID)
+
+
+def _reload(name):
+    importlib.reload(sys.modules[name])
+
+
+def _drop(name):
+    del sys.modules[name]
+
+
+@pytest.mark.parametrize("disturb", [_reload, _drop])
+def test_a_lowered_guard_raises_the_class_traced_after_its_module_is_reloaded_or_dropped(
+    load_both, write_module, disturb
+):
+    # The original raise raises the class its name held (TorchDynamo guards on that
+    # name, which still holds the class it held when traced); the operator found the
+    # class again by name when it fired: a new class after a reload (%autoreload), none
+    # after the module left sys.modules (RuntimeError).
+    source = """
+        import torch
+        from {helper} import ShapeError
+
+        def check(x):
+            if (x > 100).any():
+                raise ShapeError("too large")
+            return x * 2
+        """
+    outcomes = []
+    for load in ("plain", "rewritten"):
+        helper = write_module("class ShapeError(ValueError):\n    pass\n")
+        module = load_both(source.format(helper=helper))[load == "rewritten"]
+        torch._dynamo.reset()
+        compiled = torch.compile(module.check, backend="eager")
+        compiled(VALID)
+        disturb(helper)
+        try:
+            compiled(torch.full((2,), 1000.0))
+        except Exception as error:
+            outcomes.append(type(error) is module.ShapeError)
+    assert outcomes == [True, True]
 
 
 def test_an_int_beyond_int64_in_a_message_is_formatted_while_tracing(load_both):

@@ -496,19 +496,38 @@ def _warn_export_needs_graphmend() -> None:
     )
 
 
+#: The exception classes of the guards lowered in this process, by the path given to the
+#: operator: what it raises is the class traced, as the original ``raise`` raises the
+#: class its name held then (TorchDynamo guards on that name), even after the module
+#: defining it was reloaded or dropped from ``sys.modules``.
+_TRACED_CLASSES: dict[str, type[BaseException]] = {}
+
+
 def _exception_path(exception: type[BaseException]) -> str | None:
-    """Where the kernel finds ``exception`` again (``module:qualname``); None for a local
-    class, or one not found again by its name: the original ``raise`` then decides.
+    """Where the kernel finds ``exception`` again: ``module:qualname#id``, a key of
+    :data:`_TRACED_CLASSES` in this process and a name in another (a saved exported
+    program); None for a local class, or one not found again by its name: the original
+    ``raise`` then decides.
 
     Marked as a constant-result function: TorchDynamo 2.5 cannot trace string
     operations on a class's ``__qualname__``.
     """
-    path = f"{exception.__module__}:{exception.__qualname__}"
-    return path if _exception_class(path) is exception else None
+    name = f"{exception.__module__}:{exception.__qualname__}"
+    if _class_named(name) is not exception:
+        return None
+    path = f"{name}#{id(exception):x}"
+    _TRACED_CLASSES[path] = exception
+    return path
 
 
 def _exception_class(path: str) -> type[BaseException] | None:
-    module_name, _, qualname = path.partition(":")
+    """The class a lowered guard raises, by the path :func:`_exception_path` gave."""
+    traced = _TRACED_CLASSES.get(path)
+    return traced if traced is not None else _class_named(path.partition("#")[0])
+
+
+def _class_named(name: str) -> type[BaseException] | None:
+    module_name, _, qualname = name.partition(":")
     target: Any = sys.modules.get(module_name)
     for attribute in qualname.split("."):
         target = getattr(target, attribute, None)
