@@ -1028,6 +1028,62 @@ def test_a_print_to_what_has_no_write_raises_where_it_stands(load_both, name):
     assert plain[2][0] == [0.0, 0.0] and plain[3] == 0
 
 
+#: Logger calls whose message does not take its arguments, logged to a handler that lets
+#: the formatting error out (as pytest's log capture does), and one whose message does.
+LOGGED_FORMATS = """
+import logging
+import torch
+
+logger = logging.getLogger("gm.test.logged_formats")
+logger.setLevel(logging.INFO)
+logger.propagate = False
+
+class Strict(logging.Handler):
+    def emit(self, record):
+        print("logged", record.getMessage())
+
+    def handleError(self, record):
+        raise
+
+logger.addHandler(Strict())
+
+def size(x):
+    logger.info("n=%d", x.shape)
+    x.add_(1)
+    return x * 2
+
+def literal(x):
+    logger.log(logging.INFO, "n=%d of %d", 3)
+    x.add_(1)
+    return x * 2
+
+def fine(x):
+    logger.info("n=%d of %s at %s", x.shape[0], x.dtype, x)
+    x.add_(1)
+    return x * 2
+"""
+
+
+@pytest.mark.parametrize("name", ["size", "literal"])
+def test_a_logged_message_that_cannot_take_its_arguments_raises_where_it_stands(
+    load_both, name
+):
+    # logging formats msg % args when it emits; deferred, the handler's TypeError came
+    # once the graph had added 1 to the caller's x
+    plain, mended = _compiled_failures(load_both, LOGGED_FORMATS, name, TypeError, torch.zeros(2))
+    assert mended[:3] == plain[:3]
+    assert plain[2] == [[0.0, 0.0]]
+
+
+def test_a_logged_message_that_takes_its_arguments_is_deferred(load_both, capsys):
+    plain, mended = load_both(LOGGED_FORMATS)
+    plain.fine(torch.zeros(2))
+    expected = capsys.readouterr().out
+    compiled = compile_and_run(mended.fine, torch.zeros(2), fullgraph=True)
+    assert compiled.graphs == 1
+    assert capsys.readouterr().out == expected
+
+
 def test_values_that_take_their_formats_are_deferred(load_both, capsys):
     plain, mended = load_both(FORMATS_THAT_RAISE)
     plain.fine(torch.arange(3.0), torch.zeros(2))
