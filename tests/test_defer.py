@@ -1065,9 +1065,7 @@ def fine(x):
 
 
 @pytest.mark.parametrize("name", ["size", "literal"])
-def test_a_logged_message_that_cannot_take_its_arguments_raises_where_it_stands(
-    load_both, name
-):
+def test_a_logged_message_that_cannot_take_its_arguments_raises_where_it_stands(load_both, name):
     # logging formats msg % args when it emits; deferred, the handler's TypeError came
     # once the graph had added 1 to the caller's x
     plain, mended = _compiled_failures(load_both, LOGGED_FORMATS, name, TypeError, torch.zeros(2))
