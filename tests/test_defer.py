@@ -1028,6 +1028,39 @@ def test_a_print_to_what_has_no_write_raises_where_it_stands(load_both, name):
     assert plain[2][0] == [0.0, 0.0] and plain[3] == 0
 
 
+def test_output_before_an_assert_traced_into_the_graph_appears_before_it_fails(
+    load_both, write_module, capsys
+):
+    # TorchDynamo puts an assert on tensor data into the graph itself (torch._assert_async),
+    # here in a function of a module GraphMend does not claim: deferred to the graph's
+    # end, the print was never made when the assert failed
+    helper = write_module("""
+        def validate(y):
+            assert (y >= 0).all(), "negative values"
+        """)
+    outcomes = []
+    for module in load_both(f"""
+        import torch
+        from {helper} import validate
+
+        def f(x):
+            y = x * 2
+            print("before", y)
+            validate(y)
+            return y + 1
+        """):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.f, backend=counter)
+        compiled(torch.ones(2))
+        with pytest.raises(RuntimeError, match="negative values"):
+            compiled(-torch.ones(2))
+        outcomes.append((capsys.readouterr().out, counter.frame_count))
+    plain, mended = outcomes
+    assert mended[0] == plain[0] == "before tensor([2., 2.])\nbefore tensor([-2., -2.])\n"
+    assert mended[1] <= plain[1]
+
+
 #: Logger calls whose message does not take its arguments, logged to a handler that lets
 #: the formatting error out (as pytest's log capture does), and one whose message does.
 LOGGED_FORMATS = """

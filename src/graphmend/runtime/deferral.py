@@ -37,7 +37,12 @@ import torch
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
+from graphmend.runtime.attempts import (
+    check_before_compiling,
+    must_be_one_graph,
+    open_site,
+    opened_site,
+)
 from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
 from graphmend.runtime.in_place import updated_uncounted
 from graphmend.runtime.skipped_frames import keep_first_break_if_frame_lost
@@ -244,6 +249,7 @@ def _may_defer(copies: bool) -> bool:
         return False
     if copies:
         ask_tracer(_check_more_than_copies, None)
+    ask_tracer(_watch_for_asserts_after, None)
     return True
 
 
@@ -271,6 +277,41 @@ def _keep_break_if_only_copies(site: Any, output: Any, _results: list[Any]) -> N
             "its copies would be the only operations of the graph, where plain compile, "
             "breaking at the call, has none"
         )
+
+
+def _watch_for_asserts_after(tracer: Any) -> None:
+    """Asked while TorchDynamo traces :func:`_may_defer`: check before the graph is
+    compiled that no assert on tensor data follows the call in it.  TorchDynamo puts an
+    ``assert`` it can trace into the graph itself (``torch._assert_async``), in the
+    function or one it calls; failing, it raises from inside the graph, and the call
+    waiting for the graph's end would never be made, where the original made it before.
+    Not where the frame must be one graph: there the call's break fails the compile."""
+    site = opened_site(tracer)
+    if site is None or must_be_one_graph(tracer):
+        return
+    output = tracer.output
+    before = set(_asserts(output.graph))
+    check_before_compiling(
+        output, functools.partial(_keep_break_if_asserted_after, site, output, before)
+    )
+
+
+def _keep_break_if_asserted_after(site: Any, output: Any, before: set[Any], _results: Any) -> None:
+    if any(node not in before for node in _asserts(output.graph)):
+        site.keep_break(
+            "an assert on tensor data follows it in the graph: failing, it would raise "
+            "before the call was made"
+        )
+
+
+def _asserts(graph: Any) -> Iterator[Any]:
+    """The nodes of ``graph`` that assert on tensor data (TorchDynamo's translation of an
+    ``assert``)."""
+    return (
+        node
+        for node in graph.nodes
+        if node.op == "call_function" and node.target is torch._assert_async
+    )
 
 
 def _is_copy(node: Any) -> bool:
