@@ -520,6 +520,14 @@ COUNTEREXAMPLES = {
         "x = x.reshape(s) * 2\nx[:, 0] = t\nx = x.reshape(-1, 8).reshape(-1, 4)\nreturn x\n",
         (_zeros(3, 0.5), _zeros(2, 0.5), _zeros(3, 0.5)),
     ),
+    # TorchDynamo puts the assert into the graph (torch._assert_async); plain's break at
+    # the if had stored self.buf before it, while merged, the store waited for the end
+    # of a graph that raised (found by a scaled run: self.buf kept the first call's x)
+    "attribute-store-before-a-merged-if-and-a-failing-assert": Program(
+        "self.buf = x\nif x.sum() > 0.5:\n    x = x * 2\nelse:\n    x = x + 1\n"
+        "assert x.sum() < 5.0\nreturn x + self.buf\n",
+        (_zeros(1, 0.5), Call(((4.0, 2.0, 0.5, 0.5),), 0.5)),
+    ),
 }
 
 #: Minimal programs of what GraphMend claims to fix that fail ``fullgraph=True``

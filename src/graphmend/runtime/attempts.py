@@ -29,7 +29,7 @@ speculation log TorchDynamo keeps across restarts for its own.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sympy
@@ -38,6 +38,7 @@ import torch
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.cond_layout import tensor_versions
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
+from graphmend.runtime.pending_effects import pending_in
 from graphmend.runtime.run_time_errors import raising_operation
 from graphmend.runtime.skipped_frames import in_a_loop, note_opened
 from graphmend.runtime.transforms import transform_active
@@ -344,7 +345,45 @@ def _open(tracer: Any, rewrite_variable: Any) -> str | None:
     site.opened = attempt
     setattr(caller, _OPENED, site)
     setattr(tracer.output, _LAST_OPENED, site)
+    if rewrite == "defer" or (rewrite != "trap" and pending_in(tracer)):
+        watch_for_asserts_after(site, tracer)
     return None
+
+
+def watch_for_asserts_after(site: Site, tracer: Any) -> None:
+    """Check before the graph ``tracer`` traces is compiled that no assert on tensor data
+    follows ``site`` in it, else restart with the site keeping its break.  For a site
+    whose removed break would have let what waits for the graph's end happen first (a
+    call it defers, or effects pending when it opened: :mod:`graphmend.runtime.pending_effects`).
+    TorchDynamo puts an ``assert`` it can trace into the graph itself
+    (``torch._assert_async``), in the function or one it calls; failing, it raises from
+    inside the graph, and what waits never happens, where the original, breaking at the
+    site, had it happen before.  Not where the frame must be one graph: there the
+    site's break fails the compile.  (A guard GraphMend lowers keeps its break while
+    anything waits: :mod:`graphmend.runtime.traps`.)"""
+    if must_be_one_graph(tracer):
+        return
+    output = tracer.output
+    before = set(_asserts(output.graph))
+
+    def keep_break_if_asserted_after(_results: list[Any]) -> None:
+        if any(node not in before for node in _asserts(output.graph)):
+            site.keep_break(
+                "an assert on tensor data follows it in the graph: failing, it would raise "
+                "before what waits for the graph's end (output, Python state) happened"
+            )
+
+    check_before_compiling(output, keep_break_if_asserted_after)
+
+
+def _asserts(graph: Any) -> Iterator[Any]:
+    """The nodes of ``graph`` that assert on tensor data (TorchDynamo's translation of an
+    ``assert``)."""
+    return (
+        node
+        for node in graph.nodes
+        if node.op == "call_function" and node.target is torch._assert_async
+    )
 
 
 def _kept_anyway(tracer: Any) -> str | None:

@@ -37,14 +37,8 @@ import torch
 from graphmend.post_import import when_imported
 from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.attempts import (
-    check_before_compiling,
-    must_be_one_graph,
-    open_site,
-    opened_site,
-)
-from graphmend.runtime.formatting import assume_constant_result, format_now, held_while_tracing
-from graphmend.runtime.in_place import updated_uncounted
+from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
+from graphmend.runtime.formatting import format_now, held_while_tracing
 from graphmend.runtime.skipped_frames import keep_first_break_if_frame_lost
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
@@ -177,47 +171,6 @@ def _rebuild_one(kind: str, remaining: Iterator[Any]) -> Any:
     return payload
 
 
-def effects_pending() -> bool:
-    """Whether effects of the graph being traced wait for its end (asked while tracing):
-    calls deferred in it, Python side effects (an attribute stored, a list appended
-    to) that TorchDynamo applies after the graph, or inputs the graph updates in place.
-
-    A guard lowered into the graph raises from inside it, and what waits would never
-    happen: while anything waits (inputs updated in place included), a guard keeps its
-    graph break, so that the output appears and the state changes before the exception,
-    as they do eagerly.
-    """
-    from torch._dynamo.symbolic_convert import InstructionTranslator
-
-    try:
-        translator = InstructionTranslator.current_tx()
-    except AttributeError:  # not TorchDynamo (non-strict export): nothing is deferred
-        return False
-    if getattr(translator, "debug_locals", True):
-        return True
-    output = getattr(translator, "output", None)
-    side_effects = getattr(output, "side_effects", None)
-    if side_effects is None or _changes_existing_objects(side_effects):
-        return True
-    graph = getattr(output, "graph", None)
-    return graph is None or _inputs_updated(graph)
-
-
-def _inputs_updated(graph: Any) -> bool:
-    """Whether the graph so far updates one of its inputs in place (a parameter, a
-    buffer, an argument, through a view or not): AOTAutograd writes such updates back
-    at the end of the graph, after an operation in it has raised.  Each input's fake
-    tensor is made afresh, at version 0, for the trace; an in-place update bumps it,
-    but for those :func:`in_place.updated_uncounted` finds (``x.data.add_(1)``)."""
-    inputs = [
-        value
-        for node in graph.nodes
-        if node.op in ("placeholder", "get_attr")
-        and isinstance(value := node.meta.get("example_value"), torch.Tensor)
-    ]
-    return any(value._version > 0 for value in inputs) or updated_uncounted(graph.nodes, inputs)
-
-
 def defers_here(*values: Any) -> bool:
     """Whether a call of ``values`` may wait for the end of the graph being traced
     (asked while tracing; False: the call keeps its break, as without GraphMend).
@@ -249,7 +202,6 @@ def _may_defer(copies: bool) -> bool:
         return False
     if copies:
         ask_tracer(_check_more_than_copies, None)
-    ask_tracer(_watch_for_asserts_after, None)
     return True
 
 
@@ -277,41 +229,6 @@ def _keep_break_if_only_copies(site: Any, output: Any, _results: list[Any]) -> N
             "its copies would be the only operations of the graph, where plain compile, "
             "breaking at the call, has none"
         )
-
-
-def _watch_for_asserts_after(tracer: Any) -> None:
-    """Asked while TorchDynamo traces :func:`_may_defer`: check before the graph is
-    compiled that no assert on tensor data follows the call in it.  TorchDynamo puts an
-    ``assert`` it can trace into the graph itself (``torch._assert_async``), in the
-    function or one it calls; failing, it raises from inside the graph, and the call
-    waiting for the graph's end would never be made, where the original made it before.
-    Not where the frame must be one graph: there the call's break fails the compile."""
-    site = opened_site(tracer)
-    if site is None or must_be_one_graph(tracer):
-        return
-    output = tracer.output
-    before = set(_asserts(output.graph))
-    check_before_compiling(
-        output, functools.partial(_keep_break_if_asserted_after, site, output, before)
-    )
-
-
-def _keep_break_if_asserted_after(site: Any, output: Any, before: set[Any], _results: Any) -> None:
-    if any(node not in before for node in _asserts(output.graph)):
-        site.keep_break(
-            "an assert on tensor data follows it in the graph: failing, it would raise "
-            "before the call was made"
-        )
-
-
-def _asserts(graph: Any) -> Iterator[Any]:
-    """The nodes of ``graph`` that assert on tensor data (TorchDynamo's translation of an
-    ``assert``)."""
-    return (
-        node
-        for node in graph.nodes
-        if node.op == "call_function" and node.target is torch._assert_async
-    )
 
 
 def _is_copy(node: Any) -> bool:
@@ -367,40 +284,6 @@ def warnings_may_raise(*categories: Any) -> bool:
 def _warning_class(category: Any) -> bool:
     """Whether ``warn()`` takes ``category``: None or a subclass of ``Warning``."""
     return category is None or (isinstance(category, type) and issubclass(category, Warning))
-
-
-def _changes_existing_objects(side_effects: Any) -> bool:
-    """Whether TorchDynamo will change an object that existed before the trace (objects
-    made while tracing, such as a guard message's list, are no one else's to see)."""
-    return any(True for _ in _existing_objects_changed(side_effects))
-
-
-def _existing_objects_changed(side_effects: Any) -> Iterator[tuple[Any, Any]]:
-    """Each object that existed before the trace and that TorchDynamo will change, as its
-    variable and its mutation (``mutation_type`` on torch 2.13, ``mutable_local`` on 2.5)."""
-    for item in side_effects.id_to_variable.values():
-        mutation = getattr(item, "mutation_type", None) or getattr(item, "mutable_local", None)
-        if "New" not in type(mutation).__name__ and side_effects.is_modified(item):
-            yield item, mutation
-
-
-def changed_sources(output: Any) -> set[str]:
-    """What the graph ``output`` traces will change of the objects that existed before
-    it, by source name (asked while tracing): each object changed (``G['ITEMS']``, appended
-    to), and each attribute or global stored (``L['self'].calls``, ``G['STEP']``)."""
-    from torch._dynamo.source import AttrSource
-
-    side_effects = output.side_effects
-    stores = side_effects.store_attr_mutations  # by variable on 2.13, by mutation on 2.5
-    names = set()
-    for item, mutation in _existing_objects_changed(side_effects):
-        source = getattr(item, "source", None) or getattr(mutation, "source", None)
-        if source is None:
-            continue
-        names.add(source.name())
-        stored = stores.get(item) or stores.get(mutation) or {}
-        names.update(AttrSource(source, attribute).name() for attribute in stored)
-    return names
 
 
 def formattable(template: str, kind: str, names: tuple[str, ...], *values: Any) -> bool:
@@ -551,11 +434,5 @@ def _enable(_dynamo: object = None) -> None:
         _register_with_dynamo(function)
 
 
-def _mark_constant(dynamo: Any) -> None:
-    # Called by TorchDynamo while it traces, with its answer baked into the trace.
-    assume_constant_result(dynamo, effects_pending)
-
-
 when_imported("torch._dynamo", _enable)
-when_imported("torch._dynamo", _mark_constant)
 when_imported("torch._dynamo", _learn_constant_types)

@@ -55,7 +55,6 @@ from graphmend.runtime.attempts import (
 )
 from graphmend.runtime.catching import caught_by_caller, innermost_translator
 from graphmend.runtime.conditions import is_scalar_tensor, truth, without_data
-from graphmend.runtime.deferral import changed_sources, effects_pending
 from graphmend.runtime.fallbacks import declined, resumes_after_break
 from graphmend.runtime.formatting import (
     assume_constant_result,
@@ -63,6 +62,7 @@ from graphmend.runtime.formatting import (
     formattable_now,
     symbolic_while_tracing,
 )
+from graphmend.runtime.pending_effects import changed_sources, effects_pending
 from graphmend.runtime.tracing import tracing
 
 
