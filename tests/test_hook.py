@@ -25,6 +25,7 @@ import torch
 
 import graphmend
 from graphmend import pipeline
+from graphmend.collector_pause import collector_paused
 from graphmend.config import Config
 from graphmend.importer import GraphMendFinder, GraphMendLoader
 from graphmend.notices import GraphMendWarning
@@ -559,6 +560,22 @@ def test_the_garbage_collector_is_paused_while_rewriting_and_restored(
     finally:
         gc.enable()
     assert outcome.status is (Status.FELL_BACK if fails else Status.REWRITTEN)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_child_forked_during_a_rewrite_collects_garbage():
+    # the pause is the process's: a child forked while another thread rewrote (a
+    # DataLoader worker) kept the collector off for good
+    reading, writing = os.pipe()
+    with collector_paused():
+        assert not gc.isenabled()
+        child = os.fork()
+        if child == 0:
+            os.write(writing, b"1" if gc.isenabled() else b"0")
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert os.read(reading, 1) == b"1"
+    assert gc.isenabled()
 
 
 def test_pytest_assertion_rewriting_and_graphmend_work_in_one_process(write_module, cache_dir):

@@ -7,15 +7,14 @@ loader, with one warning that names the module and the reason.
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from types import CodeType
 
 from graphmend.cache import BytecodeCache
+from graphmend.collector_pause import collector_paused
 from graphmend.config import Config
 from graphmend.directives import skipped_module
 from graphmend.findings import describe_summary, summarize
@@ -110,7 +109,7 @@ class ModuleRewriter:
             entry = cache.load(module_name, key)
             if entry is not None:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary, warns=entry.warns)
-        with _collector_paused():
+        with collector_paused():
             outcome = self._rewrite(filename, source, started)
         if outcome.code is not None and cache is not None and key is not None:
             cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
@@ -157,25 +156,6 @@ class ModuleRewriter:
         return Outcome(
             status, code, summary, seconds=seconds, warns=parser_warned or compiler_warned
         )
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Run without the cyclic garbage collector (as it was before, after).
-
-    Parsing and analysing a module allocate hundreds of thousands of objects,
-    which set off collection after collection; with torch and transformers on
-    the heap each costs milliseconds, about half the time of a cold rewrite
-    (measured).  What is left is freed by reference counting, or by the next
-    collection.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _describe(error: BaseException) -> str:
