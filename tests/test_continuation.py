@@ -4,6 +4,7 @@ merged, the rest of the function runs in both branches under ``torch.cond``; wha
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -319,6 +320,40 @@ def test_while_autograd_records_the_break_stays(modules) -> None:
     before, after = compile_and_run(plain, X, PADDED), compile_and_run(mended, X, PADDED)
     assert (after.graphs, after.breaks) == (before.graphs, before.breaks)
     assert any("autograd records" in f.reason for f in fallbacks.records())
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def test_a_rest_nesting_too_deeply_declines_its_site_alone():
+    # a 200-term sum, its rest copied 650 frames above the stack's depth here (an import
+    # deep in a program): copying it recursed too deep, and the whole module fell back,
+    # the sites of every other function with it
+    terms = " + ".join(["x"] * 200)
+    source = (
+        "import torch\n\ndef deep(x):\n    if x.sum() > 0:\n        y = None\n"
+        f"    else:\n        y = x\n    return ({terms}) if y is None else y\n\n"
+        "def shallow(x):\n    if x.sum() > 0:\n        y = None\n    else:\n        y = x\n"
+        "    return x if y is None else y\n"
+    )
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(_stack_depth() + 650)
+    try:
+        result = rewrite(source, "<test>", {"predicate", "continuation"})
+    finally:
+        sys.setrecursionlimit(limit)
+    decided = {
+        (f.function, f.decision.value, f.reason.split(" (")[0])
+        for f in result.findings
+        if f.rewrite == "continuation"
+    }
+    assert ("shallow", "rewritten", "the rest of the function") in decided
+    assert ("deep", "declined", "its code nests too deeply to be analysed") in decided
+    compile(result.tree, "<test>", "exec")
 
 
 def _findings(source: str) -> dict[str, str]:

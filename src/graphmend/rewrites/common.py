@@ -32,6 +32,11 @@ _LEFT_ALONE = "_graphmend_left_alone"
 _CONTINUABLE = "_graphmend_continuable"
 
 
+#: Why a site whose code nests deeper than the analysis can follow is left as it is (a
+#: long ``a + b + ...`` chain: Python compiles thousands of terms, the analysis recurses).
+TOO_DEEP = "its code nests too deeply to be analysed (RecursionError)"
+
+
 class Decline(Exception):
     """A site that cannot be rewritten exactly; the message says why, in a model author's words."""
 
@@ -414,7 +419,11 @@ class FunctionStatementRewriter:
 
     def _rewrite_in_function(self, statement: ast.stmt) -> list[ast.stmt]:
         """Rewrite a statement, then what it holds (outer sites first)."""
-        result = self.rewrite_statement(statement)
+        try:
+            result = self.rewrite_statement(statement)
+        except RecursionError:
+            self.record(statement, Decision.DECLINED, TOO_DEEP)
+            return [statement]
         results = result if isinstance(result, list) else [result]
         rewritten: list[ast.stmt] = []
         for node in results:

@@ -50,6 +50,7 @@ from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     FRAME_INTROSPECTION,
     PREFIX,
+    TOO_DEEP,
     Decline,
     ModuleContext,
     continuable_condition,
@@ -114,6 +115,9 @@ class ContinuationRewrite:
             replacement = self._continued(function, statement, fallback, condition, rest)
         except Decline as reason:
             self._record(statement, qualname, Decision.DECLINED, str(reason))
+            return
+        except RecursionError:
+            self._record(statement, qualname, Decision.DECLINED, TOO_DEEP)
             return
         holder.orelse = replacement
         self._record(
