@@ -16,6 +16,7 @@ import sys
 import threading
 import traceback
 import warnings
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -431,6 +432,26 @@ def test_a_byte_its_encoding_cannot_decode_in_a_comment_is_no_fallback(
         warnings.simplefilter("error")  # no GraphMendWarning
         module = importlib.import_module(name)
     assert isinstance(module.__loader__, GraphMendLoader) and hasattr(module, "_@gm_rt")
+
+
+def test_a_claimed_module_another_loader_serves_gets_a_debug_line(
+    tmp_path, cache_dir, monkeypatch, capsys
+):
+    # typeguard's and beartype's import hooks, or a zip archive: Python's machinery
+    # loads the module, which GRAPHMEND_LOG=debug did not say
+    name = f"gm_zipped_{os.getpid()}"
+    archive = tmp_path / "modules.zip"
+    with zipfile.ZipFile(archive, "w") as written:
+        written.writestr(f"{name}.py", MODULE)
+    monkeypatch.syspath_prepend(str(archive))
+    config = Config(packages=(name,), cache_dir=cache_dir, debug=True)
+    graphmend.activation.install_config(config)
+    module = importlib.import_module(name)
+    assert not isinstance(module.__loader__, GraphMendLoader)
+    assert capsys.readouterr().err == (
+        f"graphmend: {name}: left alone: its loader is zipimport.zipimporter, not Python's "
+        "source loader; loaded as Python would\n"
+    )
 
 
 def test_a_cold_rewrite_reports_its_time(write_module, cache_dir):

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from types import CodeType, ModuleType
 from typing import Any
 
+from graphmend.notices import write_stderr
 from graphmend.patterns import ModuleMatcher, reserved
 from graphmend.rewriter import ModuleRewriter
 
@@ -95,10 +96,25 @@ class GraphMendFinder:
         finally:
             busy.discard(fullname)
         if not claimable(spec):
+            self._note_left_alone(spec)
             return None
         assert spec is not None and spec.origin is not None
         spec.loader = GraphMendLoader(fullname, spec.origin, self.rewriter)
         return spec
+
+    def _note_left_alone(self, spec: importlib.machinery.ModuleSpec | None) -> None:
+        """A debug line for a claimed module of a file that another loader serves (another
+        import hook's, typeguard's or beartype's, a zip archive's): Python's machinery
+        runs it, not GraphMend's."""
+        if spec is None or spec.loader is None or not isinstance(spec.origin, str):
+            return
+        if self.rewriter.config.debug:
+            loader = type(spec.loader)
+            write_stderr(
+                f"graphmend: {spec.name}: left alone: its loader is "
+                f"{loader.__module__}.{loader.__qualname__}, not Python's source loader; "
+                "loaded as Python would\n"
+            )
 
     def claims(self, fullname: str) -> bool:
         """Whether the module ``fullname`` is GraphMend's to rewrite.
