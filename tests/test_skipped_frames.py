@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
 from helpers.graphs import compile_and_run
 
@@ -20,6 +21,7 @@ from helpers.graphs import compile_and_run
 PRELUDE = """
 import logging
 import torch
+from torch._dynamo.testing import CompileCounter
 
 logger = logging.getLogger("gm_skipped_frames")
 
@@ -104,6 +106,7 @@ def forward(x):
 
 MERGED_BEFORE_A_FAILED_TRACE = """
 import torch
+from torch._dynamo.testing import CompileCounter
 
 def forward(x, out):
     out.add_(1)
@@ -114,6 +117,7 @@ def forward(x, out):
 
 CONTINUED_BEFORE_A_FAILED_TRACE = """
 import torch
+from torch._dynamo.testing import CompileCounter
 
 def forward(x, out):
     out.add_(1)
@@ -125,6 +129,7 @@ def forward(x, out):
 
 MERGED_IN_A_LOOP_BEFORE_A_FAILED_TRACE = """
 import torch
+from torch._dynamo.testing import CompileCounter
 
 def forward(x, out):
     for _ in range(2):
@@ -136,6 +141,7 @@ def forward(x, out):
 
 PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
 import torch
+from torch._dynamo.testing import CompileCounter
 
 def forward(x):
     print("reshaping")
@@ -247,6 +253,7 @@ def test_a_call_of_no_values_keeps_its_break_before_a_failed_trace(load_both, ca
 
 BRANCH_IN_A_LOOP_OVER_A_SIZE = """
 import torch
+from torch._dynamo.testing import CompileCounter
 
 def forward(x):
     y = x * 2
@@ -283,3 +290,41 @@ def test_a_branch_in_a_loop_over_a_size_stays_merged_under_fullgraph(load_both):
     for size in range(3, 6):
         x = torch.arange(float(size)) - 1
         assert torch.equal(compiled(x), mended.forward(x))
+
+
+#: A function whose traced path differs from its eager one (transformers' LongT5 builds
+#: its default mask only when not compiling) and fails before a site in its loop.
+TRACED_PATH_FAILS_BEFORE_A_LOOP = """
+import torch
+from torch._dynamo.testing import CompileCounter
+
+def inner(x, m):
+    if m is None and not torch.compiler.is_compiling():
+        m = torch.zeros(3)
+    if m is None:
+        x = torch.cat([x, torch.ones(2, 2)])
+    for _ in range(2):
+        if x.sum() > 0:
+            x = x * 2
+        else:
+            x = x - 1
+    return x + m
+
+def outer(x, m):
+    return inner(x, m) + 1
+"""
+
+
+def test_a_later_call_failing_in_a_frame_plain_gives_up_runs_it_in_python(load_both):
+    # plain compile gives inner up at its branch in the loop; GraphMend, merging the
+    # branch, compiled inner into outer, and the call without m traced the path that
+    # fails (TorchRuntimeError; transformers' LongT5 in float16, where plain compile's
+    # break comes before the failing code and the call succeeds).  Given up there,
+    # the frame runs in Python, and the call gives what eager gives.
+    plain, mended = load_both(TRACED_PATH_FAILS_BEFORE_A_LOOP)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(mended.outer, backend=counter)
+    for m in (torch.ones(3), None):
+        assert torch.equal(compiled(torch.ones(3), m), plain.outer(torch.ones(3), m))
+    assert counter.frame_count <= 2  # outer merged, at the first call; nothing after

@@ -341,7 +341,7 @@ def _open(tracer: Any, rewrite_variable: Any) -> str | None:
         return kept
     caller = tracer.parent  # the site's runtime function, whose declines are recorded
     setattr(caller, ON_DECLINE, lambda reason: site.keep_break_if_guarded(attempt, reason))
-    note_opened(tracer.output, site)
+    note_opened(tracer, site)
     site.opened = attempt
     setattr(caller, _OPENED, site)
     setattr(tracer.output, _LAST_OPENED, site)

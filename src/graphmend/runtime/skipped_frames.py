@@ -23,26 +23,62 @@ index out of range): plain compile, breaking at the first site, ran the graph be
 it (its in-place updates of the caller's tensors, its output) before the tracing of
 the rest failed, or, the site in a loop, gave the frame up and raised the eager error;
 GraphMend's one trace failed before anything ran.  There the first site opened keeps
-its break, in a loop or not.
+its break, in a loop or not.  Where the tracing fails before any site (a later call
+compiling the frame again), in a frame where an earlier compile merged a site in a
+loop, plain compile gave that frame up at that compile and has run it in Python ever
+since, where code may go another way than traced code (transformers' LongT5 builds
+its default mask only when not compiling, and the traced path fails): the frame is
+given up then, and runs in Python, as plainly.
 """
 
 from __future__ import annotations
 
+import weakref
+from types import CodeType
 from typing import Any
+
+#: The code of frames where a site stood in a loop: plain compile, breaking there,
+#: gives the whole frame up and runs it in Python from then on.
+_GIVEN_UP_PLAINLY: weakref.WeakSet[CodeType] = weakref.WeakSet()
 
 #: The attribute of the ``OutputGraph`` being traced that lists the sites opened, in
 #: the order they were opened, each with whether it stands outside any loop.
 _OPENED_SITES = "graphmend_opened_sites"
 
 
-def note_opened(output: Any, site: Any) -> None:
-    """Record ``site``, opened now, on the graph ``output`` traces, with whether a loop
-    around it would make a break there give the whole frame up all the same."""
+def note_opened(tracer: Any, site: Any) -> None:
+    """Record ``site``, opened now where ``tracer`` stands, on the graph it traces, with
+    whether a loop around it would make a break there give the whole frame up all the
+    same; and the frame plain compile gives up there (:data:`_GIVEN_UP_PLAINLY`)."""
+    output = tracer.output
     sites = getattr(output, _OPENED_SITES, None)
     if sites is None:
         sites = []
         setattr(output, _OPENED_SITES, sites)
     sites.append((site, not in_a_loop(output)))
+    code = _frame_given_up(tracer)
+    if code is not None:
+        _GIVEN_UP_PLAINLY.add(code)
+
+
+def _frame_given_up(tracer: Any) -> CodeType | None:
+    """The code of the frame plain compile gives up for a break where ``tracer`` stands:
+    the outermost of the frames being traced there (the frame compiled, the functions
+    it inlines) that stands in a loop.  A break in an inlined function breaks the graph
+    at the call in each frame above, which runs on; the first frame in a loop is given
+    up whole.  (TorchDynamo's own test, ``maybe_has_backedge``, also looks at the frames
+    above.)"""
+    chain = []
+    while tracer is not None:
+        chain.append(tracer)
+        tracer = getattr(tracer, "parent", None)
+    for translator in reversed(chain):
+        try:
+            if translator.maybe_has_backedge():
+                return translator.f_code
+        except (AttributeError, AssertionError, TypeError):
+            return None
+    return None
 
 
 def in_a_loop(output: Any) -> bool:
@@ -81,6 +117,28 @@ def keep_first_break_if_frame_lost(root: Any, error: BaseException) -> None:
         if not site.one_graph and site.kept_break() is None:
             site.keep_break(reason)
             return
+    if _fails_the_compile(error) and not sites and _failed_where_plain_gives_up(root, error):
+        from torch._dynamo import exc
+
+        raise exc.SkipFrame(
+            "GraphMend: tracing failed in a frame plain compile gives up at a site in a "
+            f"loop, and runs in Python ({type(error).__name__})"
+        ) from error
+
+
+def _failed_where_plain_gives_up(root: Any, error: BaseException) -> bool:
+    """Whether ``error`` ended the tracing of the frame ``root`` inside a frame plain
+    compile gives up (:data:`_GIVEN_UP_PLAINLY`), the frame itself or one it inlines;
+    not where it must be one graph, whose compile fails either way."""
+    if getattr(root, "one_graph", False) or getattr(root, "error_on_graph_break", False):
+        return False
+    traceback = error.__traceback__
+    while traceback is not None:
+        translator = traceback.tb_frame.f_locals.get("self")
+        if getattr(translator, "f_code", None) in _GIVEN_UP_PLAINLY:
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 def _opened(root: Any) -> list[tuple[Any, bool]]:
