@@ -175,6 +175,17 @@ class ScalesByItem(nn.Module):
         return y + 1
 
 
+class ActivationByName(nn.Module):
+    '''T1: only the arm never taken reads the str argument act.'''
+
+    def forward(self, x, act):
+        if x.sum() > 0:
+            y = x + 1 if act is None else x - 1
+        else:
+            y = x * 3
+        return y
+
+
 class GuardNamesArgument(nn.Module):
     '''T3: only the message of a guard that never fires reads n.'''
 
@@ -245,9 +256,11 @@ def test_a_failed_attempt_leaves_no_guard_behind(modules, case) -> None:
         ("MaskOrSlice", (1, 2, 3)),
         ("GuardNamesArgument", (1, 2, 3)),
         ("ScalesByItem", ((0.5, 1.0), (0.25, 1.0), (0.75, 1.0))),
+        ("ActivationByName", ("gelu", "relu", "tanh")),  # a str given
+        ("GuardNamesArgument", ("layer1", "layer2", "layer3")),
     ],
 )
-def test_an_arm_never_taken_guards_no_number_argument(modules, name, values) -> None:
+def test_an_arm_never_taken_guards_no_number_or_text_argument(modules, name, values) -> None:
     """Tracing an arm plain compile never takes must not guard on the value of a number
     argument only that arm reads: the frame would compile again for each new value
     (one graph more than plain), and a recompile fails under ``error_on_recompile``."""

@@ -116,15 +116,18 @@ class Attempt:
 
     def pinned_number(self) -> str | None:
         """An ``int`` or ``float`` the frame was given (an argument, an attribute or item
-        of one: ``self.scale``, ``sizes[0]``) whose value the attempt made TorchDynamo
-        guard on, first, or ``None``: the frame would compile again when it changes,
-        where the original, not running this code, guards nothing of it.  Globals are
-        not followed: a module's constants (``math.pi``) do not change between calls."""
+        of one: ``self.scale``, ``sizes[0]``), or a ``str`` given as an argument or an
+        item of one (``act``, not ``self.config.hidden_act``: a model's configuration
+        does not change between calls), whose value the attempt made TorchDynamo guard
+        on, first, or ``None``: the frame would compile again when it changes, where
+        the original, not running this code, guards nothing of it.  Globals are not
+        followed: a module's constants (``math.pi``) do not change between calls."""
         arguments = self.tracer.output.root_tx.f_locals
         valued = self._valued_sources()
         for name in sorted(valued.keys() - self.valued.keys()):
-            value = _value_of(valued[name], arguments)
-            if type(value) in (int, float):
+            source = valued[name]
+            value = _value_of(source, arguments)
+            if type(value) in (int, float) or (type(value) is str and _no_attribute(source)):
                 return f"{name}={value!r}"
         return None
 
@@ -198,6 +201,18 @@ def _value_of(source: Any, arguments: dict[str, Any]) -> Any:
     if type(source).__name__.endswith("NNModuleSource"):  # the module itself, marked
         return _value_of(source.base, arguments)
     return None
+
+
+def _no_attribute(source: Any) -> bool:
+    """Whether ``source`` reaches a value from an argument of the frame through items
+    alone (``L['act']``, ``L['opts']['mode']``), no attribute."""
+    from torch._dynamo import source as sources
+
+    while not isinstance(source, sources.LocalSource):
+        if isinstance(source, sources.AttrSource) or not hasattr(source, "base"):
+            return False
+        source = source.base
+    return True
 
 
 #: Where a module keeps its submodules, parameters and buffers: numbers reached through
