@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import threading
-import time
 import warnings
 
 import pytest
@@ -57,37 +55,6 @@ def test_a_failing_callback_never_fails_the_import_nor_the_callbacks_after_it(
         sys.modules.pop("gm_watched", None)
     assert module.VALUE == 1
     assert seen == [1]
-
-
-def test_a_callback_for_a_module_another_thread_imports_runs_once_it_is_imported(
-    tmp_path, monkeypatch
-):
-    # the other thread's import found its spec before the callback was registered: its
-    # loader ran no callback, and the module's rewrites stayed unbound for good (a module
-    # without torch, imported while another thread imported torch)
-    (tmp_path / "gm_slow.py").write_text(
-        "import threading\nSTARTED = threading.Event()\nGO = threading.Event()\n"
-        "STARTED.set()\nGO.wait(10)\nVALUE = 1\n"
-    )
-    (tmp_path / "gm_after_slow.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importer = threading.Thread(target=importlib.import_module, args=("gm_slow",))
-    importer.start()
-    try:
-        while "gm_slow" not in sys.modules or not hasattr(sys.modules["gm_slow"], "GO"):
-            time.sleep(0.01)
-        slow = sys.modules["gm_slow"]
-        slow.STARTED.wait(10)
-        seen = []
-        post_import.when_imported("gm_slow", lambda module: seen.append(module.VALUE))
-        slow.GO.set()
-        importer.join(10)
-        assert seen == []  # nothing imported since
-        importlib.import_module("gm_after_slow")
-        assert seen == [1]
-    finally:
-        sys.modules.pop("gm_slow", None)
-        sys.modules.pop("gm_after_slow", None)
 
 
 def _line_below() -> int:

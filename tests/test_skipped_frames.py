@@ -21,7 +21,6 @@ from helpers.graphs import compile_and_run
 PRELUDE = """
 import logging
 import torch
-from torch._dynamo.testing import CompileCounter
 
 logger = logging.getLogger("gm_skipped_frames")
 
@@ -106,7 +105,6 @@ def forward(x):
 
 MERGED_BEFORE_A_FAILED_TRACE = """
 import torch
-from torch._dynamo.testing import CompileCounter
 
 def forward(x, out):
     out.add_(1)
@@ -117,7 +115,6 @@ def forward(x, out):
 
 CONTINUED_BEFORE_A_FAILED_TRACE = """
 import torch
-from torch._dynamo.testing import CompileCounter
 
 def forward(x, out):
     out.add_(1)
@@ -129,7 +126,6 @@ def forward(x, out):
 
 MERGED_IN_A_LOOP_BEFORE_A_FAILED_TRACE = """
 import torch
-from torch._dynamo.testing import CompileCounter
 
 def forward(x, out):
     for _ in range(2):
@@ -141,7 +137,6 @@ def forward(x, out):
 
 PRINTED_WITHOUT_VALUES_BEFORE_A_FAILED_TRACE = """
 import torch
-from torch._dynamo.testing import CompileCounter
 
 def forward(x):
     print("reshaping")
@@ -253,7 +248,6 @@ def test_a_call_of_no_values_keeps_its_break_before_a_failed_trace(load_both, ca
 
 BRANCH_IN_A_LOOP_OVER_A_SIZE = """
 import torch
-from torch._dynamo.testing import CompileCounter
 
 def forward(x):
     y = x * 2
@@ -296,7 +290,6 @@ def test_a_branch_in_a_loop_over_a_size_stays_merged_under_fullgraph(load_both):
 #: its default mask only when not compiling) and fails before a site in its loop.
 TRACED_PATH_FAILS_BEFORE_A_LOOP = """
 import torch
-from torch._dynamo.testing import CompileCounter
 
 def inner(x, m):
     if m is None and not torch.compiler.is_compiling():

@@ -91,23 +91,12 @@ class _PostImportFinder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        self._run_for_imported_meanwhile()
         if fullname not in self.pending:
             return None
         spec = importer.find_spec_elsewhere(self, fullname, path, target)
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader = _CallbackLoader(spec.loader, self)
         return spec
-
-    def _run_for_imported_meanwhile(self) -> None:
-        """Run the callbacks of modules imported since they were registered, whose import
-        had found its spec before (another thread was importing the module then: its
-        loader runs no callback).  Asked at every import while any are pending."""
-        with self._lock:
-            ready = [name for name in self.pending if _is_ready(name)]
-        for name in ready:
-            for callback in self.take(name):
-                _run(callback, sys.modules[name])
 
     def take(self, name: str) -> list[Callback]:
         """The callbacks waiting for ``name``, no longer pending."""
@@ -122,8 +111,7 @@ _finder = _PostImportFinder()
 
 
 def when_imported(name: str, callback: Callback) -> None:
-    """Call ``callback(module)`` now if ``name`` is imported, else right after its import
-    (where another thread is importing it now: at the first import anywhere after it)."""
+    """Call ``callback(module)`` now if ``name`` is imported, else right after its import."""
     if _is_ready(name):
         _run(callback, sys.modules[name])
         return
