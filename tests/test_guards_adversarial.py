@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 
+from graphmend.runtime import traps
+
 VALID = torch.ones(2)
 INVALID = -torch.ones(2)
 #: Where TorchDynamo pins Python floats (torch 2.5), a message formatting a name's value
@@ -112,6 +114,18 @@ def test_a_lowered_guard_raises_the_class_traced_after_its_module_is_reloaded_or
         except Exception as error:
             outcomes.append(type(error) is module.ShapeError)
     assert outcomes == [True, True]
+
+
+def test_the_operator_names_a_class_the_same_in_every_process(write_module):
+    # the path is a constant of the graph: an id() in it changed in every process, and
+    # TorchInductor's caches, keyed on the graph, never hit again
+    helper = write_module("class ShapeError(ValueError):\n    pass\n")
+    first = importlib.import_module(helper).ShapeError
+    path = traps._exception_path(first)
+    assert path == f"{helper}:ShapeError#0" == traps._exception_path(first)
+    _reload(helper)
+    assert traps._exception_path(sys.modules[helper].ShapeError) == f"{helper}:ShapeError#1"
+    assert traps._exception_class(path) is first
 
 
 def test_an_int_beyond_int64_in_a_message_is_formatted_while_tracing(load_both):

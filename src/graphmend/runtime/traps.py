@@ -501,10 +501,15 @@ def _warn_export_needs_graphmend() -> None:
 #: class its name held then (TorchDynamo guards on that name), even after the module
 #: defining it was reloaded or dropped from ``sys.modules``.
 _TRACED_CLASSES: dict[str, type[BaseException]] = {}
+#: The path of each class traced: its name, and how many classes of that name were
+#: traced before it (``errors:ShapeError#0``, ``#1`` after a reload), the same in
+#: every process that traces the same program, so that the graph, which holds the path,
+#: finds TorchInductor's caches again.
+_PATHS: dict[type[BaseException], str] = {}
 
 
 def _exception_path(exception: type[BaseException]) -> str | None:
-    """Where the kernel finds ``exception`` again: ``module:qualname#id``, a key of
+    """Where the kernel finds ``exception`` again: ``module:qualname#n``, a key of
     :data:`_TRACED_CLASSES` in this process and a name in another (a saved exported
     program); None for a local class, or one not found again by its name: the original
     ``raise`` then decides.
@@ -515,8 +520,11 @@ def _exception_path(exception: type[BaseException]) -> str | None:
     name = f"{exception.__module__}:{exception.__qualname__}"
     if _class_named(name) is not exception:
         return None
-    path = f"{name}#{id(exception):x}"
-    _TRACED_CLASSES[path] = exception
+    path = _PATHS.get(exception)
+    if path is None:
+        earlier = sum(1 for each in _TRACED_CLASSES if each.partition("#")[0] == name)
+        path = _PATHS[exception] = f"{name}#{earlier}"
+        _TRACED_CLASSES[path] = exception
     return path
 
 
