@@ -449,8 +449,8 @@ def test_a_claimed_module_another_loader_serves_gets_a_debug_line(
     module = importlib.import_module(name)
     assert not isinstance(module.__loader__, GraphMendLoader)
     assert capsys.readouterr().err == (
-        f"graphmend: {name}: left alone: its loader is zipimport.zipimporter, not Python's "
-        "source loader; loaded as Python would\n"
+        f"graphmend: {name}: left alone: its loader (zipimport.zipimporter) does not load "
+        f"{archive / name}.py as Python's source loader; loaded as Python would\n"
     )
 
 

@@ -111,9 +111,9 @@ class GraphMendFinder:
         if self.rewriter.config.debug:
             loader = type(spec.loader)
             write_stderr(
-                f"graphmend: {spec.name}: left alone: its loader is "
-                f"{loader.__module__}.{loader.__qualname__}, not Python's source loader; "
-                "loaded as Python would\n"
+                f"graphmend: {spec.name}: left alone: its loader "
+                f"({loader.__module__}.{loader.__qualname__}) does not load {spec.origin} "
+                "as Python's source loader; loaded as Python would\n"
             )
 
     def claims(self, fullname: str) -> bool:
