@@ -309,11 +309,12 @@ def outer(x, m):
 
 
 def test_a_later_call_failing_in_a_frame_plain_gives_up_runs_it_in_python(load_both):
-    # plain compile gives inner up at its branch in the loop; GraphMend, merging the
-    # branch, compiled inner into outer, and the call without m traced the path that
-    # fails (TorchRuntimeError; transformers' LongT5 in float16, where plain compile's
-    # break comes before the failing code and the call succeeds).  Given up there,
-    # the frame runs in Python, and the call gives what eager gives.
+    # plain compile gives inner up at its branch in the loop (and, compiling outer again
+    # for the call without m, inlines it again and fails: its break comes after the
+    # failing code; in LongT5 it comes before, and plain compile succeeds); GraphMend,
+    # merging the branch, compiled inner into outer, and the call without m traced the
+    # path that fails (TorchRuntimeError).  Given up, outer runs in Python, and the
+    # call gives what eager gives.
     plain, mended = load_both(TRACED_PATH_FAILS_BEFORE_A_LOOP)
     torch._dynamo.reset()
     counter = CompileCounter()

@@ -24,11 +24,15 @@ it (its in-place updates of the caller's tensors, its output) before the tracing
 the rest failed, or, the site in a loop, gave the frame up and raised the eager error;
 GraphMend's one trace failed before anything ran.  There the first site opened keeps
 its break, in a loop or not.  Where the tracing fails before any site (a later call
-compiling the frame again), in a frame where an earlier compile merged a site in a
-loop, plain compile gave that frame up at that compile and has run it in Python ever
-since, where code may go another way than traced code (transformers' LongT5 builds
-its default mask only when not compiling, and the traced path fails): the frame is
-given up then, and runs in Python, as plainly.
+compiling the frame again) inside a frame where an earlier compile merged a site in a
+loop, plain compile gave that frame up at that compile: run in Python since, its code
+may go another way than traced code (transformers' LongT5 builds its default mask
+only when not compiling, and the traced path fails).  Where that frame was the one
+compiled, plain compile never traces it again; where it was inlined, plain compile
+inlines it again when it compiles the caller again, and fails the same way, unless its
+own break comes before the failing code (LongT5).  GraphMend gives the frame compiled
+up in both cases, and the call runs in Python: it gives what eager gives, where plain
+compile may raise.
 """
 
 from __future__ import annotations
