@@ -322,14 +322,12 @@ def test_an_index_out_of_range_raises_as_before(modules):
     assert issubclass(raised[0][0], IndexError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plain compile gives up the frame at the break in its loop and runs it as "
-    "Python ever after; GraphMend compiles it (the item decided at the first call), and "
-    "when k turns symbolic the fake lookup of flags[k] raises IndexError with "
-    "TorchDynamo's message ('select(): index s16 out of range...') instead of Python's",
-)
 def test_an_index_turned_symbolic_out_of_range_raises_as_plain(modules):
+    # plain compile gives up the frame at the break in its loop and runs it as Python
+    # ever after; GraphMend compiled it (the item decided at the first call), and when k
+    # turned symbolic the fake lookup of flags[k] raised IndexError with TorchDynamo's
+    # message ('select(): index s16 out of range...'), where Python's is plain's.  The
+    # failed compile now gives the frame up (runtime.skipped_frames).
     plain, mended = modules
     raised = []
     for module in (plain, mended):
