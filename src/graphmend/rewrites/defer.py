@@ -597,18 +597,15 @@ class _Planner:
                 refs.append(count)
             else:  # an f-string or a format expression: text
                 refs.append(ast.Constant(""))
-        if self.found.kind is OutputKind.LOGGER:
-            message = 1 if self.found.method == "log" else 0
-            self._check_logged_format(arguments[message : message + 1], refs[message + 1 :])
+        message = 1 if self.found.method == "log" else 0
+        if self.found.kind is OutputKind.LOGGER and len(arguments) > message + 1:
+            self._check_logged_format(arguments[message], refs[message + 1 :])
         return lifted
 
-    def _check_logged_format(self, message: list[ast.expr], refs: list[int | ast.expr]) -> None:
-        """Logging formats ``message % arguments`` when it emits a record with arguments;
+    def _check_logged_format(self, template: ast.expr, refs: list[int | ast.expr]) -> None:
+        """Logging formats ``template % arguments`` when it emits a record with arguments;
         a handler may let the error out (pytest's log capture does), which after the
         graph would come once the graph had updated its inputs."""
-        if not message or not refs:
-            return
-        template = message[0]
         if not (isinstance(template, ast.Constant) and isinstance(template.value, str)):
             return  # not known before it runs (a constant's name, an f-string): unchecked
         if any(isinstance(ref, int) for ref in refs):

@@ -134,7 +134,9 @@ def _failed_where_plain_gives_up(root: Any, error: BaseException) -> bool:
     """Whether ``error`` ended the tracing of the frame ``root`` inside a frame plain
     compile gives up (:data:`_GIVEN_UP_PLAINLY`), the frame itself or one it inlines;
     not where it must be one graph, whose compile fails either way."""
-    if getattr(root, "one_graph", False) or getattr(root, "error_on_graph_break", False):
+    from graphmend.runtime.attempts import must_be_one_graph  # attempts imports this module
+
+    if must_be_one_graph(root):
         return False
     traceback = error.__traceback__
     while traceback is not None:
