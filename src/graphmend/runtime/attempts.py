@@ -29,16 +29,17 @@ speculation log TorchDynamo keeps across restarts for its own.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
 import torch
 
 from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.branch_effects import acting_operation, asserts
 from graphmend.runtime.cond_layout import tensor_versions
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
-from graphmend.runtime.pending_effects import pending_in
+from graphmend.runtime.pending_effects import changed_sources, pending_in
 from graphmend.runtime.run_time_errors import raising_operation
 from graphmend.runtime.skipped_frames import in_a_loop, note_opened
 from graphmend.runtime.transforms import transform_active
@@ -55,6 +56,7 @@ class Attempt:
         self.graph = tracer.output.graph
         self.nodes = set(self.graph.nodes)
         self.side_effects = tracer.output.side_effects.clone()
+        self.changed = changed_sources(tracer.output)
         self.deferred = len(tracer.debug_locals)
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
@@ -95,6 +97,17 @@ class Attempt:
             if before is not None and isinstance(value, torch.Tensor) and value._version != before:
                 return node.name
         return None
+
+    def changed_objects(self) -> list[str]:
+        """What the attempt changed of the objects that existed before the trace (a list
+        appended to, an attribute stored), by source name: TorchDynamo applies it after
+        the graph, and :meth:`undo` cannot take it back (the change is recorded on the
+        object's variable itself)."""
+        return sorted(changed_sources(self.tracer.output) - self.changed)
+
+    def deferred_output(self) -> bool:
+        """Whether the attempt deferred an output call to after the graph."""
+        return len(self.tracer.debug_locals) > self.deferred
 
     def undo(self) -> None:
         for node in reversed(self.added()):
@@ -305,6 +318,8 @@ class Site:
         (:meth:`keep_break_if_guarded`), else undo it; ``reason`` is recorded for
         ``rewrite`` at the user's line ``tracer`` (a site's runtime function) stands at,
         and the original code runs."""
+        if attempt.changed_objects():
+            self.keep_break(reason)
         self.keep_break_if_guarded(attempt, reason)
         attempt.undo()
         record_at(tracer, rewrite, reason)
@@ -379,26 +394,16 @@ def watch_for_asserts_after(site: Site, tracer: Any) -> None:
     if must_be_one_graph(tracer):
         return
     output = tracer.output
-    before = set(_asserts(output.graph))
+    before = set(asserts(output.graph.nodes))
 
     def keep_break_if_asserted_after(_results: list[Any]) -> None:
-        if any(node not in before for node in _asserts(output.graph)):
+        if any(node not in before for node in asserts(output.graph.nodes)):
             site.keep_break(
                 "an assert on tensor data follows it in the graph: failing, it would raise "
                 "before what waits for the graph's end (output, Python state) happened"
             )
 
     check_before_compiling(output, keep_break_if_asserted_after)
-
-
-def _asserts(graph: Any) -> Iterator[Any]:
-    """The nodes of ``graph`` that assert on tensor data (TorchDynamo's translation of an
-    ``assert``)."""
-    return (
-        node
-        for node in graph.nodes
-        if node.op == "call_function" and node.target is torch._assert_async
-    )
 
 
 def _kept_anyway(tracer: Any) -> str | None:
@@ -593,16 +598,34 @@ def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable:
         reason = f"a branch cannot be traced: {first_line(error)}"
         site.abandon(tracer, rewrite, attempt, reason)
         return None
-    raising = raising_operation(attempt.added())
-    updated = attempt.updated_in_place(versions)
-    if raising is not None or updated is not None:
-        reason = (
-            f"a branch {raising}, which raises"
-            if raising is not None
-            else f"a branch updates {updated} in place, where the other branch may not"
-        )
+    reason = _why_branch_acts(attempt, versions)
+    if reason is not None:
         site.abandon(tracer, rewrite, attempt, reason)
         return None
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
     return result
+
+
+def _why_branch_acts(attempt: Attempt, versions: dict[Any, int]) -> str | None:
+    """Why the branch the attempt traced cannot run where it is not taken, as a merge
+    runs it (or, planning a ``torch.cond``, puts its trace in the graph): an operation
+    that raises whatever the data, updates a tensor it did not make, draws random
+    numbers or asserts (:mod:`graphmend.runtime.branch_effects`), an output call it
+    defers, or an object it changes; ``None`` when it only computes."""
+    added = attempt.added()
+    raising = raising_operation(added)
+    if raising is not None:
+        return f"a branch {raising}, which raises"
+    updated = attempt.updated_in_place(versions)
+    if updated is not None:
+        return f"a branch updates {updated} in place, where the other branch may not"
+    acting = acting_operation(added)
+    if acting is not None:
+        return f"a branch {acting}"
+    if attempt.deferred_output():
+        return "a branch makes an output call, which would run untaken"
+    changed = attempt.changed_objects()
+    if changed:
+        return f"a branch changes {changed[0]}, which would change untaken"
+    return None

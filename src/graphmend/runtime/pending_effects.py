@@ -96,10 +96,17 @@ def changed_sources(output: Any) -> set[str]:
         source = getattr(item, "source", None) or getattr(mutation, "source", None)
         if source is None:
             continue
-        names.add(source.name())
+        names.add(_name_of(source))
         stored = stores.get(item) or stores.get(mutation) or {}
-        names.update(AttrSource(source, attribute).name() for attribute in stored)
+        names.update(_name_of(AttrSource(source, attribute)) for attribute in stored)
     return names
+
+
+def _name_of(source: Any) -> str:
+    """A TorchDynamo source's name (``L['self'].calls``): a method on torch 2.5, a
+    property on 2.13."""
+    name = source.name
+    return name() if callable(name) else name
 
 
 def _mark_constant(dynamo: Any) -> None:
