@@ -274,3 +274,53 @@ def test_a_branch_that_reduces_a_tensor_that_is_not_empty_is_still_merged(load_b
         _compiled_outcomes(plain.step, POSITIVE, NEGATIVE),
     )
     assert compile_and_run(rewritten.step, NEGATIVE, fullgraph=True).graphs == 1
+
+
+CACHED = """
+import functools
+import logging
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def running_sum(n):
+    logger.info("allocating a running sum of %d", n)
+    return torch.zeros(n)
+
+
+@functools.cache
+def checked_buffer(n):
+    t = torch.zeros(n)
+    if (t > 100).any():
+        raise ValueError("corrupt buffer")
+    return t
+
+
+def logged(x):
+    total = running_sum(x.shape[0])
+    total.add_(x)
+    return total * 1
+
+
+def guarded(x):
+    total = checked_buffer(x.shape[0])
+    total.add_(x)
+    return total * 1
+"""
+
+
+@pytest.mark.parametrize("name", ["logged", "guarded"])
+def test_a_site_in_a_cached_function_keeps_the_cache(load_both, name):
+    """A site in an ``lru_cache`` function is left alone: without its break TorchDynamo
+    traces through the cache, and each compiled call got a new buffer (found by helper
+    hpy: [1, 1, 1] three times where the original accumulates to [3, 3, 3])."""
+    plain, rewritten = load_both(CACHED)
+    outcomes = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        compiled = torch.compile(getattr(module, name), backend="eager")
+        outcomes.append([compiled(torch.ones(3)) for _ in range(3)])
+    assert all(map(torch.equal, *outcomes))
+    assert torch.equal(outcomes[1][-1], torch.full((3,), 3.0))

@@ -3,7 +3,11 @@
 A function or class decorated with ``graphmend.do_not_rewrite``, or a function
 with ``torch.compiler.disable`` / ``torch._dynamo.disable`` (TorchDynamo never
 traces such a function nor anything it calls, so a rewrite there could never
-take effect).  A decorator is recognised by the name it resolves to through the
+take effect), or with ``functools.lru_cache`` / ``functools.cache`` (TorchDynamo
+traces through the cache, calling the function afresh each time, where the
+original's graph break inside it runs the cache: a cached tensor the caller
+updates in place would be a new one on every call, a message printed once printed
+every time).  A decorator is recognised by the name it resolves to through the
 module's imports, as AutoGraph resolves its directives;
 ``disable(recursive=False)`` skips only the function's own frame, so it is not a
 reason to leave the function alone.  (A module marked ``# graphmend: skip-file``
@@ -21,6 +25,7 @@ from graphmend.directives import LeftAlone
 
 _DIRECTIVES = frozenset({"graphmend.do_not_rewrite", "graphmend.directives.do_not_rewrite"})
 _DYNAMO_DISABLES = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
+_CACHES = frozenset({"functools.lru_cache", "functools.cache"})
 
 
 _Definition = tuple[ast.FunctionDef | ast.ClassDef, LeftAlone]
@@ -69,6 +74,12 @@ def _reason(
             decorator, scopes, functions
         ):
             return f"left alone: decorated with @{spelled}, so TorchDynamo never traces it"
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if qualified_name(target, scopes, functions) in _CACHES:
+            return (
+                f"left alone: decorated with @{spelled}, which TorchDynamo calls through "
+                "without its cache where no graph break stops it"
+            )
     return None
 
 
