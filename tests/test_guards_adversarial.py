@@ -324,3 +324,56 @@ def test_warning_once_sees_the_tensor_it_remembers(load_both, caplog, argument):
     assert len(expected) == 1
     assert records(rewritten) == expected
     assert _graphs(rewritten.Scaled(), VALID) <= _graphs(plain.Scaled(), VALID)
+
+
+FALLBACK_ASSERTS = """
+import torch
+
+
+class Holder:
+    pass
+
+
+HOLDER = Holder()
+
+
+def updated_then_both(x):
+    x.add_(1)
+    assert (x < 5).all() and (x > -5).all(), "out of range"
+    return x * 2
+
+
+def stored_then_both(x):
+    HOLDER.calls = 1
+    assert (x < 5).all() and (x > -5).all(), "out of range"
+    return x * 2
+
+
+def updated_then_negated(x):
+    x.add_(1)
+    assert not (x > 5).any(), "out of range"
+    return x * 2
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", ["updated_then_both", "stored_then_both", "updated_then_negated"])
+def test_an_assert_not_lowered_breaks_where_plain_compile_does(load_both, name, backend):
+    """An assert GraphMend does not lower (what waits for the graph's end keeps it from
+    doing so) ran as ``assert not_(cond)``, which TorchDynamo lowered itself: the call
+    raised ``RuntimeError`` and, under AOTAutograd, the caller's tensor lost its update,
+    where plain compile breaks the graph at the test's ``and`` (or ``not``) and raises
+    ``AssertionError`` after the update (found by helper hpy)."""
+    seen = []
+    for module in load_both(FALLBACK_ASSERTS):
+        torch._dynamo.reset()
+        module.HOLDER.__dict__.pop("calls", None)
+        x = torch.tensor([10.0, 0.0])
+        try:
+            torch.compile(getattr(module, name), backend=backend)(x)
+            raised = None
+        except Exception as error:  # compared with plain's
+            raised = type(error), str(error).splitlines()[0]
+        seen.append((raised, x.tolist(), hasattr(module.HOLDER, "calls")))
+    assert seen[1] == seen[0]
+    assert seen[0][0] == (AssertionError, "out of range")

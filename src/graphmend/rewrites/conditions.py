@@ -79,6 +79,28 @@ def choice_on_host(
     return runtime_call("host_truth", condition) if any(reads) else condition
 
 
+def jumps_moved_to_device(
+    test: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+) -> bool:
+    """Whether :class:`ConditionTranslator` puts on the device a choice the original makes
+    on the host, a jump on a tensor (``not t``, ``a and b`` with ``b`` pure) or a read of
+    one (``torch.equal``): where the truth is read on the host after all, it breaks the
+    graph there, as the original does (a host read GraphMend translates is found by
+    :func:`choice_on_host`)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return True
+        if isinstance(node, ast.BoolOp):
+            rest = node.values[1:]
+            rest_node = rest[0] if len(rest) == 1 else ast.BoolOp(op=node.op, values=rest)
+            if speculation_problem(rest_node, scopes, functions) is None:
+                return True
+        call = node if isinstance(node, ast.Call) else None
+        if call is not None and qualified_name(call.func, scopes, functions) in _ON_DEVICE:
+            return True
+    return False
+
+
 class ConditionTranslator:
     """Builds the tracing-time version of a condition: statements to run, then an expression."""
 

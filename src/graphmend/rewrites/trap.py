@@ -55,6 +55,7 @@ from graphmend.rewrites.common import (
 from graphmend.rewrites.conditions import (
     ConditionTranslator,
     choice_on_host,
+    jumps_moved_to_device,
     test_to_evaluate_again,
 )
 
@@ -195,7 +196,7 @@ class TrapRewrite(FunctionStatementRewriter):
                 choice = choice_on_host(
                     guard.condition, load(name), self.module.scopes, self.enclosing.functions
                 )
-                kept = _unless_lowered(lowered, choice, guard)
+                kept = _unless_lowered(lowered, choice, guard, jumps=self._jumps_inside(guard))
             else:
                 restart = runtime_call("as_written", load(search))  # type: ignore[arg-type]
                 kept = _unless_lowered(lowered, again, guard, restart)
@@ -209,6 +210,18 @@ class TrapRewrite(FunctionStatementRewriter):
                 "with the original message when it fails",
             )
         return dual_path(eager, body, search)
+
+    def _jumps_inside(self, guard: _Guard) -> bool:
+        """Whether an assert's test, as written, jumps on a tensor or reads one on the host
+        where the translated test does not (:func:`jumps_moved_to_device`), or is a
+        chained comparison: TorchDynamo breaks the graph there and does not lower the
+        assert that follows, where it turns an assert whose test is one tensor into
+        ``torch._assert_async`` itself."""
+        if not guard.is_assert:
+            return False
+        test = guard.condition.operand  # type: ignore[attr-defined]
+        chained = isinstance(test, ast.Compare) and len(test.ops) > 1
+        return chained or jumps_moved_to_device(test, self.module.scopes, self.enclosing.functions)
 
     def _where(self, guard: _Guard) -> str:
         """The raise's line, function and file (``line:qualname:file``): the lowered
@@ -237,17 +250,26 @@ class TrapRewrite(FunctionStatementRewriter):
 
 
 def _unless_lowered(
-    lowered: ast.expr, condition: ast.expr, guard: _Guard, restart: ast.expr | None = None
+    lowered: ast.expr,
+    condition: ast.expr,
+    guard: _Guard,
+    restart: ast.expr | None = None,
+    jumps: bool = False,
 ) -> ast.If:
     """What runs when ``lowered`` is false: the original raise, on ``condition`` (the
     evaluated condition, or the original one evaluated again, after ``restart``, which
     returns ``None``); for an assert, the assert itself, given the truth of its test:
     TorchDynamo turns one with a constant message into ``torch._assert_async`` as without
     GraphMend, where an ``if`` that raises is a graph break plain ``torch.compile`` does
-    not have (``torch.func.grad``'s ``with`` block keeps GraphMend from lowering it)."""
+    not have (``torch.func.grad``'s ``with`` block keeps GraphMend from lowering it).
+    Where the test as written ``jumps`` on a tensor, TorchDynamo breaks the graph there
+    instead (what waits for the graph's end, a caller's tensor updated in place, happens
+    before the ``AssertionError``): the truth is read on the host, a break too."""
     if guard.is_assert:
         negated = isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not)
         test = condition.operand if negated else runtime_call("not_", condition)  # type: ignore[attr-defined]
+        if jumps:
+            test = runtime_call("host_truth", test)
         kept: ast.stmt = ast.Assert(test=_after(restart, test), msg=copy.deepcopy(guard.message))
     else:
         kept = ast.If(
