@@ -324,3 +324,76 @@ def test_a_site_in_a_cached_function_keeps_the_cache(load_both, name):
         outcomes.append([compiled(torch.ones(3)) for _ in range(3)])
     assert all(map(torch.equal, *outcomes))
     assert torch.equal(outcomes[1][-1], torch.full((3,), 3.0))
+
+
+SHORT_CIRCUITS = """
+import torch
+
+
+def indexes(x):
+    if x.sum() > 0 and x[10].sum() > 0:
+        y = x * 2
+    else:
+        y = x + 1
+    return y
+
+
+def views(x):
+    if x.sum() > 0 and x.view(5, -1).sum() > 0:
+        return x * 2
+    return x + 1
+
+
+def reduces(x):
+    if x.sum() != 0 and x.max() > 0:
+        y = x * 2
+    else:
+        y = x - 1
+    return y
+
+
+def many(x):
+    if x.sum() > 0 and x > 0:
+        y = x * 2
+    else:
+        y = x - 1
+    return y
+
+
+def guarded(x):
+    if x.sum() > 0 and x[10].sum() > 0:
+        raise ValueError("both")
+    return x * 2
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "x"),
+    [
+        ("indexes", -torch.ones(3, 4)),
+        ("views", -torch.ones(3, 4)),
+        ("reduces", torch.zeros(0)),
+        ("many", torch.tensor([-1.0, -2.0, 3.0])),
+        ("many", torch.zeros(0)),
+        ("many", torch.tensor([1.0, 2.0])),
+        ("guarded", -torch.ones(3, 4)),
+    ],
+)
+def test_the_right_side_of_an_and_runs_only_where_python_runs_it(load_both, name, x):
+    """The right side of ``and`` after a tensor left side is evaluated ahead of time only as
+    an attempt: where it cannot be traced (an index or a view these shapes lack), raises
+    when it runs (``max()`` of an empty tensor) or has no single truth, the original's
+    jump decides (found by helper hpy: the compiled call raised where plain returns)."""
+    plain, rewritten = load_both(SHORT_CIRCUITS)
+    expected = _compiled_outcomes(getattr(plain, name), x)
+    assert _same(_compiled_outcomes(getattr(rewritten, name), x), expected)
+    graphs = [_graphs(getattr(module, name), x) for module in (plain, rewritten)]
+    assert graphs[1] <= graphs[0]
+
+
+def _graphs(function: Any, x: torch.Tensor) -> int:
+    torch._dynamo.reset()
+    try:
+        return torch._dynamo.explain(function)(x).graph_count
+    except Exception:  # the call raises as plain's: counted by its outcome
+        return 0

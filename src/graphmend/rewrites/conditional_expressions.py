@@ -91,7 +91,7 @@ class ConditionalExpressions(ast.NodeTransformer):
             branches += [load(name), tuple_of(load(p) for p in parameters)]
         if checker.facts.problem is not None:
             raise Decline(f"a value cannot be computed ahead of time: {checker.facts.problem}")
-        prelude, condition = self.rewriter.translate_condition(node.test)
+        prelude, condition = self.rewriter.translate_condition(node.test, self.bound)
         if prelude and self.whole_value is not node:
             raise Decline(
                 "an and/or condition inside a larger expression would change evaluation order"

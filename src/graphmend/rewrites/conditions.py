@@ -9,7 +9,9 @@ closure cell and the eager path stays as fast as before); a host read
 the truth of the condition becomes a device value compared exactly;
 ``torch.equal``/``torch.allclose`` become their on-device equivalents, and so
 does a membership test (``0.0 in mask``), which searches a tensor on the host.  The
-right side of ``and``/``or`` is evaluated ahead of time only when it is pure.
+right side of ``and``/``or`` is evaluated ahead of time only when it is pure, and as an
+attempt (``runtime.conditions.speculated``): where it cannot be traced, raises when it
+runs, or has no single truth, the original's jump decides.
 Everything else is left as written, so that the translated condition always
 computes what the original computes, and whatever it cannot keep on the
 device is decided on the host exactly as before.
@@ -21,10 +23,18 @@ import ast
 import copy
 from collections.abc import Callable, Sequence
 
+from graphmend.analysis.bindings import names_read
 from graphmend.analysis.purity import is_host_conversion, is_number_search, qualified_name
-from graphmend.analysis.scopes import ModuleScopes
+from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.analysis.speculation import speculation_problem
-from graphmend.rewrites.common import Decline, load, runtime_call, store
+from graphmend.rewrites.common import (
+    Decline,
+    load,
+    make_function,
+    runtime_call,
+    store,
+    tuple_of,
+)
 
 _COMPARISON_SYMBOLS: dict[type[ast.cmpop], str] = {
     ast.Eq: "==",
@@ -105,11 +115,20 @@ class ConditionTranslator:
     """Builds the tracing-time version of a condition: statements to run, then an expression."""
 
     def __init__(
-        self, scopes: ModuleScopes, functions: Sequence[ast.AST], fresh_name: Callable[[str], str]
+        self,
+        scopes: ModuleScopes,
+        functions: Sequence[ast.AST],
+        fresh_name: Callable[[str], str],
+        rewrite: str,
+        bound: frozenset[str],
     ) -> None:
+        """``rewrite``: the rewrite the condition is a site of, for what an attempt records;
+        ``bound``: the names of the function certainly bound where the condition stands."""
         self.scopes = scopes
         self.functions = functions
         self.fresh_name = fresh_name
+        self.rewrite = rewrite
+        self.bound = bound
         self.prelude: list[ast.stmt] = []
 
     def translate(self, condition: ast.expr) -> tuple[list[ast.stmt], ast.expr]:
@@ -175,20 +194,65 @@ class ConditionTranslator:
         if speculation_problem(rest_node, self.scopes, self.functions) is not None:
             self.prelude.append(python_path)
             return load(result)
+        ahead = self._ahead_of_time(rest_prelude, rest_value)
+        if ahead is None:
+            self.prelude.append(python_path)
+            return load(result)
+        definition, attempt = ahead
+        value = self.fresh_name("right")
         combined = runtime_call(
-            "logical_and" if is_and else "logical_or", load(result), copy.deepcopy(rest_value)
+            "logical_and" if is_and else "logical_or",
+            load(result),
+            ast.Subscript(value=load(value), slice=ast.Constant(0), ctx=ast.Load()),
+        )
+        taken = ast.If(
+            test=ast.Compare(left=load(value), ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
+            body=[ast.Assign(targets=[store(result)], value=combined)],
+            orelse=[copy.deepcopy(python_path)],
         )
         self.prelude.append(
             ast.If(
                 test=runtime_call("is_scalar_tensor", load(result)),
-                body=[
-                    *copy.deepcopy(rest_prelude),
-                    ast.Assign(targets=[store(result)], value=combined),
-                ],
+                body=[definition, ast.Assign(targets=[store(value)], value=attempt), taken],
                 orelse=[python_path],
             )
         )
         return load(result)
+
+    def _ahead_of_time(
+        self, prelude: list[ast.stmt], value: ast.expr
+    ) -> tuple[ast.stmt, ast.expr] | None:
+        """A function computing the right side of an ``and``/``or`` (its ``prelude``, then
+        ``(value,)``) from the locals it reads, and the call evaluating it ahead of time as
+        an attempt (``runtime.conditions.speculated``); ``None`` where a local it reads may
+        be unbound there (the original raises only if it evaluates that side)."""
+        body = [*copy.deepcopy(prelude), ast.Return(value=tuple_of([copy.deepcopy(value)]))]
+        assigned = {
+            node.id
+            for statement in body
+            for node in ast.walk(statement)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+        }
+        own = self.scopes.locals_of(self.functions[-1]) if self.functions else frozenset()
+        parameters = sorted(
+            {
+                name
+                for statement in body
+                for name in names_read(statement)
+                if name not in assigned
+                and self.scopes.resolve(name, self.functions) is Resolution.LOCAL
+            }
+        )
+        if any(name in own and name not in self.bound for name in parameters):
+            return None
+        function = make_function(self.fresh_name("right"), parameters, body, [])
+        attempt = runtime_call(
+            "speculated",
+            ast.Constant(self.rewrite),
+            load(function.name),
+            tuple_of(load(name) for name in parameters),
+        )
+        return function, attempt
 
     def _compare(self, node: ast.Compare) -> ast.expr:
         if is_number_search(node):

@@ -191,10 +191,13 @@ class PredicateRewrite(FunctionStatementRewriter):
 
     # -- shared helpers ------------------------------------------------------------------
 
-    def translate_condition(self, condition: ast.expr) -> tuple[list[ast.stmt], ast.expr]:
-        """Statements to run first, and the condition for tracing."""
+    def translate_condition(
+        self, condition: ast.expr, bound: frozenset[str]
+    ) -> tuple[list[ast.stmt], ast.expr]:
+        """Statements to run first, and the condition for tracing (``bound``: the names
+        certainly bound where it stands)."""
         translator = ConditionTranslator(
-            self.module.scopes, self.enclosing.functions, self.module.fresh_name
+            self.module.scopes, self.enclosing.functions, self.module.fresh_name, self.name, bound
         )
         return translator.translate(condition)
 
@@ -278,7 +281,7 @@ class _Site:
     def tracing_path(self) -> list[ast.stmt]:
         """The statements run while tracing (checks raise :class:`Decline`)."""
         condition_name = self.names["cond"]
-        prelude, condition = self.rewriter.translate_condition(self.statement.test)
+        prelude, condition = self.rewriter.translate_condition(self.statement.test, self.bound)
         then_state, else_state = self.state.copy(), self.state.copy()
         then_body = self._transform(self.then_arm, then_state)
         else_body = self._transform(self.else_arm, else_state)

@@ -22,6 +22,7 @@ from graphmend.runtime.conditions import (
     logical_and,
     logical_or,
     not_,
+    speculated,
 )
 from graphmend.runtime.continuation import continuation
 from graphmend.runtime.deferral import (
@@ -86,6 +87,7 @@ __all__ = [
     "render",
     "search_site",
     "sequence",
+    "speculated",
     "text",
     "tracing",
     "type_name",

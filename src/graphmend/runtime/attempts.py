@@ -576,7 +576,7 @@ def call_or_none(
 
 def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any) -> Any:
     """Asked while TorchDynamo traces :func:`call_or_none`: the result's variable."""
-    rewrite = "predicate"  # the only caller; asked of TorchDynamo only in the try below
+    rewrite = "predicate"  # until asked of TorchDynamo, in the try below
     try:
         rewrite = rewrite_variable.as_python_constant()
         arguments = arguments_variable.items

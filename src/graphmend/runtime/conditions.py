@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from graphmend.runtime.attempts import call_or_none
 from graphmend.runtime.formatting import symbolic_while_tracing
 
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
@@ -65,6 +66,25 @@ def host_truth(value: Any) -> Any:
     that call, as the original breaks at its read, not at a jump on a tensor (which
     makes one resume function per arm).  Anything but a one-element tensor as it is."""
     return value.item() if is_scalar_tensor(value) else value
+
+
+def speculated(
+    rewrite: str, function: Callable[..., tuple[Any]], arguments: tuple[Any, ...]
+) -> tuple[Any] | None:
+    """``function(*arguments)``, the right side of an ``and``/``or`` whose left side is a
+    one-element tensor, ``(value,)``, traced ahead of time as an attempt (its failure,
+    or an operation in it that raises when it runs, is recorded for ``rewrite`` and taken
+    back, :func:`graphmend.runtime.attempts.call_or_none`); ``None`` where it fails or
+    gives a tensor of other than one element: Python evaluates it, and takes its truth,
+    only where the left side says so, and so does the original's jump then.  Called
+    only while tracing."""
+    result = call_or_none(rewrite, function, arguments)
+    if result is None:
+        return None
+    (value,) = result
+    if isinstance(value, torch.Tensor) and not is_scalar_tensor(value):
+        return None
+    return result
 
 
 def logical_and(left: torch.Tensor, right: Any) -> Any:
