@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
 from graphmend.pipeline import rewrite
 from graphmend.runtime import fallbacks
@@ -20,6 +21,7 @@ from helpers.modules import import_plain, import_rewritten
 #: gives a tensor, the other None, and the rest of forward hands it to attention.
 MASK_OR_NONE = """
 import torch
+from torch._dynamo.testing import CompileCounter
 from torch import nn
 
 
@@ -389,6 +391,7 @@ def test_sites_whose_rest_cannot_run_elsewhere_are_declined(rest: str, reason: s
 
 NAMED_IN_THE_REST = """
 import torch
+from torch._dynamo.testing import CompileCounter
 
 def scaled(x):
     if x.sum() > 0:
@@ -456,3 +459,39 @@ def test_a_rest_holding_another_predicated_site_continues() -> None:
         return x
     """
     assert "rewritten" in _findings(source), _findings(source)
+
+
+SLICED_BY_AN_ARGUMENT = """
+import torch
+from torch._dynamo.testing import CompileCounter
+
+
+def sliced(x, n):
+    if x.sum() > 0:
+        y = x[:n] * 2
+    else:
+        y = x[:n] - 1
+    return y
+"""
+
+
+def test_a_branch_reading_a_symbolic_number_adds_no_graph(load_both) -> None:
+    """Under ``dynamic=True`` the number a branch reads is symbolic; continuation's own
+    check of what it hands ``torch.cond`` compared it with ``is``, a graph break on
+    torch 2.5 (3 graphs against plain's 2 on the first call; found by helper hmode)."""
+    generator = torch.Generator().manual_seed(8)
+    calls = [
+        (torch.randn(rows, 4, generator=generator) * (1 if i % 2 else -1), rows - 1)
+        for i, rows in enumerate([2, 3, 5, 2, 7])
+    ]
+    plain, rewritten = load_both(SLICED_BY_AN_ARGUMENT)
+    graphs = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.sliced, backend=counter, dynamic=True)
+        with torch.no_grad():
+            for x, n in calls:
+                assert torch.equal(compiled(x, n), plain.sliced(x, n))
+        graphs.append(counter.frame_count)
+    assert graphs[1] <= graphs[0]

@@ -76,7 +76,7 @@ def continuation(
         return None
     then_passed = tuple(_passed(v) for v in then_arguments)
     else_passed = tuple(_passed(v) for v in else_arguments)
-    if any(v is _NOT_PASSED for v in (*then_passed, *else_passed)):
+    if any(isinstance(v, _NotPassed) for v in (*then_passed, *else_passed)):
         declined("continuation", _NOT_PASSED_REASON)
         return None
     predicate = truth(condition)
@@ -103,8 +103,13 @@ class _View(NamedTuple):
     offset: int
 
 
+class _NotPassed:
+    """The type of :data:`_NOT_PASSED`: asked by ``isinstance``, which TorchDynamo 2.5
+    traces for a symbolic number, where ``is`` breaks the graph."""
+
+
 #: What :func:`_passed` gives for a strided view the branches cannot be handed.
-_NOT_PASSED = object()
+_NOT_PASSED = _NotPassed()
 
 _NOT_PASSED_REASON = (
     "an argument is a strided view whose base torch.cond cannot be given (one the graph "
