@@ -218,3 +218,50 @@ def test_a_tensor_method_taken_for_a_submodule_declines_without_failing(modules)
     torch._dynamo.reset()
     compiled = torch.compile(mended_module.split_in_untaken_arm, backend="eager")
     assert torch.equal(compiled(x), plain_module.split_in_untaken_arm(x))
+
+
+PINNED_AFTER_A_SITE = """
+import torch
+
+
+def deferred_print(x, m):
+    y = x + 1
+    print("scaling")
+    return y * m
+
+
+def merged_if(x, m):
+    y = x + 1
+    if y.sum() > 0:
+        y = y * 2
+    return y * m
+
+
+def lowered_guard(x, m):
+    y = x + 1
+    if (y > 100).any():
+        raise ValueError("big")
+    return y * m
+"""
+
+
+@pytest.mark.parametrize("name", ["deferred_print", "merged_if", "lowered_guard"])
+def test_code_after_a_site_pinning_a_size_marked_dynamic_compiles(load_both, name) -> None:
+    """``mark_dynamic(x, 0)``, then a site, then ``y * m`` with ``m`` of static rows: the
+    code after the site pins ``x``'s rows; plain compile's break hands ``y`` to a frame of
+    its own, while without it the compile failed with ``ConstraintViolationError`` (found
+    by helper hmode).  The site keeps its break."""
+    outcomes = []
+    generator = torch.Generator().manual_seed(0)
+    given = torch.randn(2, 4, generator=generator), torch.randn(2, 4, generator=generator)
+    for module in load_both(PINNED_AFTER_A_SITE):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        x, m = (tensor.clone() for tensor in given)
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad():
+            result = torch.compile(getattr(module, name), backend=counter)(x, m)
+        outcomes.append((result, counter.frame_count))
+    (expected, plain_graphs), (result, graphs) = outcomes
+    assert torch.equal(result, expected)
+    assert graphs <= plain_graphs

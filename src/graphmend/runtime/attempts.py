@@ -39,6 +39,7 @@ from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.branch_effects import acting_operation, asserts
 from graphmend.runtime.cond_layout import tensor_versions
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
+from graphmend.runtime.marked_sizes import pinned_marked_size
 from graphmend.runtime.pending_effects import changed_sources, pending_in
 from graphmend.runtime.run_time_errors import raising_operation
 from graphmend.runtime.skipped_frames import in_a_loop, note_opened
@@ -377,6 +378,7 @@ def _open(tracer: Any, rewrite_variable: Any) -> str | None:
     setattr(tracer.output, _LAST_OPENED, site)
     if rewrite == "defer" or (rewrite != "trap" and pending_in(tracer)):
         watch_for_asserts_after(site, tracer)
+    keep_marked_sizes_dynamic(site, tracer)
     return None
 
 
@@ -404,6 +406,27 @@ def watch_for_asserts_after(site: Site, tracer: Any) -> None:
             )
 
     check_before_compiling(output, keep_break_if_asserted_after)
+
+
+def keep_marked_sizes_dynamic(site: Site, tracer: Any) -> None:
+    """Before the graph ``tracer`` traces is compiled, restart with ``site`` keeping its
+    break if it is the site opened last there and the graph pins a size the program
+    marked dynamic (:mod:`graphmend.runtime.marked_sizes`): the compile would fail,
+    where plain compile's break left that code to a frame of its own.  Not where the
+    frame must be one graph: there the break fails the compile in any case."""
+    if must_be_one_graph(tracer):
+        return
+    output = tracer.output
+
+    def keep_break_if_pinned(_results: list[Any]) -> None:
+        pinned = pinned_marked_size(output)
+        if pinned is not None and last_opened_site(output) is site:
+            site.keep_break(
+                f"the code after it pins {pinned}, a size the program marks dynamic "
+                "(torch._dynamo.mark_dynamic): the compile would fail"
+            )
+
+    check_before_compiling(output, keep_break_if_pinned)
 
 
 def _kept_anyway(tracer: Any) -> str | None:
