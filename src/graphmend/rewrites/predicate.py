@@ -101,6 +101,16 @@ class _ArmState:
         return _ArmState(set(self.assigned), set(self.slots))
 
 
+#: Why a site inside a ``try`` (or a ``with`` whose manager may swallow exceptions) is
+#: left as it is: TorchDynamo 2.13 could not rebuild the exception table of the code it
+#: resumes after a break there once the block held a rewritten site ("exception table
+#: entry start instruction has no offset"; 2.5: a TypeError), and the compile failed.
+_IN_A_TRY = (
+    "inside a try (or a with) of this function: TorchDynamo may fail to rebuild the "
+    "block's exception table for code resumed after a break in it"
+)
+
+
 class PredicateRewrite(FunctionStatementRewriter):
     """Predicates tensor-valued ``if`` statements and conditional expressions."""
 
@@ -145,6 +155,9 @@ class PredicateRewrite(FunctionStatementRewriter):
     ) -> ast.stmt | list[ast.stmt]:
         if _is_guard(statement) or not self.may_hold_tensor_data(statement.test):
             return statement
+        if self.may_catch:
+            self.record(statement, Decision.DECLINED, _IN_A_TRY)
+            return statement
         then_arm = statement.body
         else_arm = statement.orelse if tail is None else tail
         try:
@@ -171,6 +184,9 @@ class PredicateRewrite(FunctionStatementRewriter):
             if isinstance(node, ast.IfExp) and self.may_hold_tensor_data(node.test)
         ]
         if not candidates:
+            return statement
+        if self.may_catch:
+            self.record(candidates[0], Decision.DECLINED, _IN_A_TRY)
             return statement
         rewritten = copy.deepcopy(statement)
         definitions: list[ast.stmt] = []
