@@ -441,3 +441,43 @@ def test_a_site_inside_a_try_keeps_the_original(load_both):
         with torch.no_grad():
             results.append(torch.compile(module.M(), backend="eager")(x.clone(), 0.5))
     assert torch.equal(results[1], results[0])
+
+
+CHAINED = """
+import torch
+
+
+def branch(x):
+    h = x * 1.0
+    if 0 < h.sum() < 1.0:
+        h = h * 2
+    return h
+
+
+def selected(x):
+    h = x * 1.0
+    return h * 2 if 0 < h.sum() < 1.0 else h - 1
+
+
+def asserted(x):
+    assert 0 < x.sum() < 10, "out of range"
+    return x * 2
+"""
+
+
+@pytest.mark.parametrize("name", ["branch", "selected", "asserted"])
+def test_a_chained_comparison_is_combined_as_an_and(load_both, name):
+    """``0 < s < 1.0`` stood in the translated condition as written: a jump on the tensor
+    ``0 < s`` broke the graph inside it, and the resumed frame traced the merge, one
+    graph more than plain where the chain stops at its first comparison (found by helper
+    hgen).  It is now ``0 < s and s < 1.0``, combined on the device."""
+    plain, rewritten = load_both(CHAINED)
+    inputs = (-torch.ones(3), torch.full((3,), 0.1), torch.ones(3))
+    function = getattr(rewritten, name)
+    assert _same(
+        _compiled_outcomes(function, *inputs), _compiled_outcomes(getattr(plain, name), *inputs)
+    )
+    graphs = [
+        _graphs(getattr(module, name), x) for module in (plain, rewritten) for x in inputs[:1]
+    ]
+    assert graphs[1] <= graphs[0]

@@ -93,12 +93,14 @@ def jumps_moved_to_device(
     test: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
 ) -> bool:
     """Whether :class:`ConditionTranslator` puts on the device a choice the original makes
-    on the host, a jump on a tensor (``not t``, ``a and b`` with ``b`` pure) or a read of
-    one (``torch.equal``): where the truth is read on the host after all, it breaks the
+    on the host, a jump on a tensor (``not t``, ``a and b`` with ``b`` pure, ``a < b < c``)
+    or a read of one (``torch.equal``): where the truth is read on the host after all, it breaks the
     graph there, as the original does (a host read GraphMend translates is found by
     :func:`choice_on_host`)."""
     for node in ast.walk(test):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return True
+        if isinstance(node, ast.Compare) and len(node.ops) == 2:
             return True
         if isinstance(node, ast.BoolOp):
             rest = node.values[1:]
@@ -263,6 +265,8 @@ class ConditionTranslator:
             return runtime_call("contains", element, container, ast.Constant(negated))
         operands = [node.left, *node.comparators]
         host = [self._is_host_read(operand) for operand in operands]
+        if len(node.ops) == 2 and not any(host):
+            return self._chained(node)
         if not any(host):
             return copy.deepcopy(node)
         if len(node.ops) != 1:
@@ -282,6 +286,22 @@ class ConditionTranslator:
             ast.Constant(host[0]),
             ast.Constant(host[1]),
         )
+
+    def _chained(self, node: ast.Compare) -> ast.expr:
+        """``a < b < c``: ``a`` and ``b`` bound in that order, then ``a < b and b < c``,
+        translated as an ``and`` (a jump on the tensor ``a < b``, where plain compile
+        breaks too, would otherwise stand in the condition: one graph more than plain
+        where the chain stops there)."""
+        left, middle = self.fresh_name("operand"), self.fresh_name("operand")
+        self.prelude.append(ast.Assign(targets=[store(left)], value=self._condition(node.left)))
+        self.prelude.append(
+            ast.Assign(targets=[store(middle)], value=self._condition(node.comparators[0]))
+        )
+        first = ast.Compare(left=load(left), ops=[node.ops[0]], comparators=[load(middle)])
+        second = ast.Compare(
+            left=load(middle), ops=[node.ops[1]], comparators=[copy.deepcopy(node.comparators[1])]
+        )
+        return self._bool_op(ast.BoolOp(op=ast.And(), values=[first, second]))
 
     def _call(self, node: ast.Call) -> ast.expr | None:
         if self._is_host_read(node):

@@ -213,15 +213,14 @@ class TrapRewrite(FunctionStatementRewriter):
 
     def _jumps_inside(self, guard: _Guard) -> bool:
         """Whether an assert's test, as written, jumps on a tensor or reads one on the host
-        where the translated test does not (:func:`jumps_moved_to_device`), or is a
-        chained comparison: TorchDynamo breaks the graph there and does not lower the
-        assert that follows, where it turns an assert whose test is one tensor into
+        where the translated test does not (:func:`jumps_moved_to_device`): TorchDynamo
+        breaks the graph there, where it turns an assert whose test is one tensor into
         ``torch._assert_async`` itself."""
-        if not guard.is_assert:
-            return False
-        test = guard.condition.operand  # type: ignore[attr-defined]
-        chained = isinstance(test, ast.Compare) and len(test.ops) > 1
-        return chained or jumps_moved_to_device(test, self.module.scopes, self.enclosing.functions)
+        return guard.is_assert and jumps_moved_to_device(
+            guard.condition.operand,  # type: ignore[attr-defined]
+            self.module.scopes,
+            self.enclosing.functions,
+        )
 
     def _where(self, guard: _Guard) -> str:
         """The raise's line, function and file (``line:qualname:file``): the lowered
