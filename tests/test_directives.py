@@ -14,7 +14,7 @@ import torch._dynamo
 
 import graphmend
 from graphmend.cli import main
-from graphmend.config import Config
+from graphmend.config import ALL_REWRITES, Config
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
 from graphmend.rewriter import ModuleRewriter, Status
@@ -295,3 +295,19 @@ def test_cache_warm_honours_both(tmp_path, cache_dir, monkeypatch, capsys):
     module = importlib.import_module("gm_optout_pkg.decorated")
     assert TRACING in module.shout.__code__.co_names
     assert TRACING not in module.quiet.__code__.co_names
+
+
+@pytest.mark.parametrize("call", ["locals()", "vars()", "dir()", "eval('x')", "exec('y = 1')"])
+def test_a_function_reading_its_own_locals_is_left_alone(call):
+    """The names a rewrite adds to a frame would be among what ``locals()`` gives
+    (``combine(**locals())`` was given one: a TypeError, where plain compile runs; found
+    by helper hpy)."""
+    source = (
+        "import torch\n\ndef f(x):\n    y = x + 1\n"
+        f"    assert (y < 100).all(), 'big'\n    seen = {call}\n    return y\n"
+    )
+    findings = rewrite(source, "m.py", ALL_REWRITES).findings
+    assert [f.reason for f in findings] == [
+        f"left alone: it calls {call.split('(')[0]}(), which would list the names GraphMend "
+        "adds to its frame"
+    ]

@@ -9,6 +9,7 @@ about twice as fast.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 
 def walk(node: ast.AST) -> list[ast.AST]:
@@ -28,3 +29,14 @@ def walk(node: ast.AST) -> list[ast.AST]:
                     if isinstance(item, ast.AST):
                         append(item)
     return nodes
+
+
+def own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of ``body``, not entering nested functions, lambdas or classes (whose
+    own node is given)."""
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            pending.extend(ast.iter_child_nodes(node))

@@ -46,6 +46,7 @@ from graphmend.analysis.bindings import (
     read_before_written,
     shared_with_nested,
 )
+from graphmend.analysis.walking import own_nodes
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
     FRAME_INTROSPECTION,
@@ -256,7 +257,7 @@ def _fallback_of(statement: ast.stmt) -> tuple[ast.If, ast.If, str] | None:
 
 
 def _check_function(function: ast.FunctionDef) -> None:
-    for node in _own_nodes(function.body):
+    for node in own_nodes(function.body):
         if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
             raise Decline("the function is a generator: its rest cannot run in another function")
         if isinstance(node, ast.Global | ast.Nonlocal):
@@ -271,7 +272,7 @@ def _check_copied(copied: list[ast.stmt], rest: list[ast.stmt]) -> None:
             f"the rest of the function holds more than {MAX_STATEMENTS} statements "
             "(the bound on what is copied into both branches)"
         )
-    for node in _own_nodes(copied):
+    for node in own_nodes(copied):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id == "super" and not node.args:
                 raise Decline("super() without arguments needs the method's own frame")
@@ -290,16 +291,6 @@ def _check_copied(copied: list[ast.stmt], rest: list[ast.stmt]) -> None:
 def _generated_definition(node: ast.AST) -> bool:
     """Whether ``node`` is a function an earlier rewrite defined (a predicated branch)."""
     return getattr(node, "name", "").startswith(PREFIX)
-
-
-def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
-    """The nodes of ``body``, not entering nested functions, lambdas or classes."""
-    pending: list[ast.AST] = list(body)
-    while pending:
-        node = pending.pop()
-        yield node
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            pending.extend(ast.iter_child_nodes(node))
 
 
 def _layout_matters(body: list[ast.stmt]) -> bool:
@@ -323,7 +314,7 @@ def _layout_matters(body: list[ast.stmt]) -> bool:
 
 
 def _statement_count(body: list[ast.stmt]) -> int:
-    return sum(isinstance(node, ast.stmt) for node in _own_nodes(body))
+    return sum(isinstance(node, ast.stmt) for node in own_nodes(body))
 
 
 class _TupleReturns(ast.NodeTransformer):

@@ -7,8 +7,12 @@ take effect), or with ``functools.lru_cache`` / ``functools.cache`` (TorchDynamo
 traces through the cache, calling the function afresh each time, where the
 original's graph break inside it runs the cache: a cached tensor the caller
 updates in place would be a new one on every call, a message printed once printed
-every time).  A decorator is recognised by the name it resolves to through the
-module's imports, as AutoGraph resolves its directives;
+every time).  So is a function that reads its own frame's locals by no name
+(``locals()``, ``vars()``, ``dir()``, ``eval``, ``exec``): the names a rewrite adds
+to the frame would be among them (``combine(**locals())`` would be given one).
+
+A decorator is recognised by the name it resolves to through the module's imports,
+as AutoGraph resolves its directives;
 ``disable(recursive=False)`` skips only the function's own frame, so it is not a
 reason to leave the function alone.  (A module marked ``# graphmend: skip-file``
 is found without parsing, by :func:`graphmend.directives.skipped_module`.)
@@ -21,11 +25,16 @@ from collections.abc import Iterator, Sequence
 
 from graphmend.analysis.purity import qualified_name
 from graphmend.analysis.scopes import ModuleScopes
+from graphmend.analysis.walking import own_nodes
 from graphmend.directives import LeftAlone
 
 _DIRECTIVES = frozenset({"graphmend.do_not_rewrite", "graphmend.directives.do_not_rewrite"})
 _DYNAMO_DISABLES = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
 _CACHES = frozenset({"functools.lru_cache", "functools.cache"})
+#: Builtins that read the calling frame's locals when called without arguments (``eval``
+#: and ``exec`` with any: their code may).
+_READING_LOCALS = frozenset({"builtins.locals", "builtins.vars", "builtins.dir"})
+_RUNNING_CODE = frozenset({"builtins.eval", "builtins.exec"})
 
 
 _Definition = tuple[ast.FunctionDef | ast.ClassDef, LeftAlone]
@@ -80,6 +89,29 @@ def _reason(
                 f"left alone: decorated with @{spelled}, which TorchDynamo calls through "
                 "without its cache where no graph break stops it"
             )
+    if isinstance(definition, ast.FunctionDef):
+        reader = _reads_its_locals(definition, scopes, (*functions, definition))
+        if reader is not None:
+            return (
+                f"left alone: it calls {reader}, which would list the names GraphMend adds to "
+                "its frame"
+            )
+    return None
+
+
+def _reads_its_locals(
+    function: ast.FunctionDef, scopes: ModuleScopes, functions: tuple[ast.AST, ...]
+) -> str | None:
+    """``locals()``, ``vars()``, ``dir()``, ``eval(...)`` or ``exec(...)`` called in
+    ``function``'s own body (as it is spelled), or ``None``."""
+    for node in own_nodes(function.body):
+        if not isinstance(node, ast.Call):
+            continue
+        name = qualified_name(node.func, scopes, functions)
+        if (name in _READING_LOCALS and not node.args and not node.keywords) or (
+            name in _RUNNING_CODE
+        ):
+            return f"{ast.unparse(node.func)}()"
     return None
 
 
