@@ -377,3 +377,28 @@ def test_an_assert_not_lowered_breaks_where_plain_compile_does(load_both, name, 
         seen.append((raised, x.tolist(), hasattr(module.HOLDER, "calls")))
     assert seen[1] == seen[0]
     assert seen[0][0] == (AssertionError, "out of range")
+
+
+ON_A_NUMPY_ARRAY = """
+def checked(x):
+    assert (x < 100).all(), "too big"
+    return x + 1
+"""
+
+
+def test_an_assert_on_a_numpy_array_adds_no_graph(load_both):
+    """TorchDynamo traces a NumPy array as a tensor; GraphMend took the truth of its test
+    for a symbolic number and broke the graph (2 graphs against plain's 1; found by
+    helper hpy).  Failing, the call raises with the assert's message, as plain's does."""
+    numpy = pytest.importorskip("numpy")
+    plain, rewritten = load_both(ON_A_NUMPY_ARRAY)
+    small, large = numpy.arange(3, dtype=numpy.float32), numpy.full(3, 200.0, numpy.float32)
+    graphs = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        graphs.append(torch._dynamo.explain(module.checked)(small).graph_count)
+        torch._dynamo.reset()
+        assert (torch.compile(module.checked, backend="eager")(small) == small + 1).all()
+        with pytest.raises((AssertionError, RuntimeError), match="too big"):
+            torch.compile(module.checked, backend="eager")(large)
+    assert graphs[1] <= graphs[0]

@@ -11,6 +11,7 @@ computed on the host.
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Callable
 from numbers import Number
 from typing import Any
@@ -55,9 +56,17 @@ def not_(value: Any) -> Any:
     stays symbolic: its truth is read where the original reads it, not here."""
     if is_scalar_tensor(value):
         return torch.logical_not(truth(value))
+    if _is_numpy_array(value):  # traced as a tensor by TorchDynamo, as the original's test
+        return not_(torch.as_tensor(value))
     if not isinstance(value, torch.Tensor) and symbolic_while_tracing(value):
         return torch.sym_not(value)
     return not value
+
+
+def _is_numpy_array(value: Any) -> bool:
+    """A NumPy array or scalar (only where NumPy is imported: torch does not need it)."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic))
 
 
 def host_truth(value: Any) -> Any:
