@@ -419,8 +419,10 @@ def keep_marked_sizes_dynamic(site: Site, tracer: Any) -> None:
     output = tracer.output
 
     def keep_break_if_pinned(_results: list[Any]) -> None:
+        if last_opened_site(output) is not site:
+            return
         pinned = pinned_marked_size(output)
-        if pinned is not None and last_opened_site(output) is site:
+        if pinned is not None:
             site.keep_break(
                 f"the code after it pins {pinned}, a size the program marks dynamic "
                 "(torch._dynamo.mark_dynamic): the compile would fail"
