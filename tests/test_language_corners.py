@@ -462,17 +462,24 @@ def selected(x):
 def asserted(x):
     assert 0 < x.sum() < 10, "out of range"
     return x * 2
+
+
+def operand_of_an_or(x, eps=0.3):
+    s = x.sum()
+    if 0 < (eps or 0.5) < s:
+        return x + 1
+    return x - 1
 """
 
 
-@pytest.mark.parametrize("name", ["branch", "selected", "asserted"])
+@pytest.mark.parametrize("name", ["branch", "selected", "asserted", "operand_of_an_or"])
 def test_a_chained_comparison_is_combined_as_an_and(load_both, name):
     """``0 < s < 1.0`` stood in the translated condition as written: a jump on the tensor
     ``0 < s`` broke the graph inside it, and the resumed frame traced the merge, one
     graph more than plain where the chain stops at its first comparison (found by helper
     hgen).  It is now ``0 < s and s < 1.0``, combined on the device."""
     plain, rewritten = load_both(CHAINED)
-    inputs = (-torch.ones(3), torch.full((3,), 0.1), torch.ones(3))
+    inputs = (-torch.ones(3), torch.full((3,), 0.1), torch.ones(3), torch.full((3,), 0.3))
     function = getattr(rewritten, name)
     assert _same(
         _compiled_outcomes(function, *inputs), _compiled_outcomes(getattr(plain, name), *inputs)

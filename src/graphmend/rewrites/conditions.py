@@ -293,10 +293,9 @@ class ConditionTranslator:
         breaks too, would otherwise stand in the condition: one graph more than plain
         where the chain stops there)."""
         left, middle = self.fresh_name("operand"), self.fresh_name("operand")
-        self.prelude.append(ast.Assign(targets=[store(left)], value=self._condition(node.left)))
-        self.prelude.append(
-            ast.Assign(targets=[store(middle)], value=self._condition(node.comparators[0]))
-        )
+        for name, operand in ((left, node.left), (middle, node.comparators[0])):
+            # bound as written: an operand is a value (``eps or 0.5``), not a condition
+            self.prelude.append(ast.Assign(targets=[store(name)], value=copy.deepcopy(operand)))
         first = ast.Compare(left=load(left), ops=[node.ops[0]], comparators=[load(middle)])
         second = ast.Compare(
             left=load(middle), ops=[node.ops[1]], comparators=[copy.deepcopy(node.comparators[1])]
