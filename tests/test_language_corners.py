@@ -413,7 +413,7 @@ class M(nn.Module):
     def forward(self, x, t, scale=None):
         h = x * 1.0
         g = h * 0.5
-        try:
+        BLOCK
             if h.mean() < 2.0:
                 if (self.buf > 0.5).any():
                     return h
@@ -422,20 +422,28 @@ class M(nn.Module):
                 h = self.lin(h)
             if bool((h > -1.0).all()):
                 p = (h * 2, h - 1) if h.mean() * t > 0.0 else (h, h)
-        except ValueError as error:
-            print("caught", type(error).__name__)
+        AFTER
         return h
 """
+BLOCKS = {
+    "try": ("try:", "except ValueError as error:\n            print('caught', error)"),
+    "no_grad": ("with torch.no_grad():", ""),
+    "enable_grad": ("with torch.enable_grad():", ""),
+}
 
 
-def test_a_site_inside_a_try_keeps_the_original(load_both):
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_site_inside_a_try_or_with_block_keeps_the_original(load_both, block):
     """Rewritten sites inside a ``try`` body made TorchDynamo fail to rebuild the block's
     exception table for the code it resumes after a break there ("exception table entry
     start instruction has no offset"), where plain compile runs (found by helper hgen's
-    program generator): such sites are left as they are."""
+    program generator; a ``with torch.no_grad()`` block by the review): such sites are
+    left as they are."""
+    header, after = BLOCKS[block]
+    source = INSIDE_A_TRY.replace("BLOCK", header).replace("AFTER", after)
     x = torch.tensor([[0.5, -1.0, -3.0, 1.0], [2.0, 4.0, 1.0, 1.0]])
     results = []
-    for module in load_both(INSIDE_A_TRY):
+    for module in load_both(source):
         torch._dynamo.reset()
         torch.manual_seed(0)
         with torch.no_grad():

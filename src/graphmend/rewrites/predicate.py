@@ -101,15 +101,15 @@ class _ArmState:
         return _ArmState(set(self.assigned), set(self.slots))
 
 
-#: Why a site inside a ``try`` (or a ``with`` whose manager may swallow exceptions) is
-#: left as it is: TorchDynamo 2.13 could not rebuild the exception table of the code it
-#: resumes after a break there once the block held a rewritten site ("exception table
-#: entry start instruction has no offset"; 2.5: a TypeError), and the compile failed.
-_IN_A_TRY = (
-    "inside a try (or a with) of this function: TorchDynamo may fail to rebuild the "
+#: Why a site inside a ``try`` or a ``with`` block is left as it is: TorchDynamo 2.13
+#: could not rebuild the block's exception table for the code it resumes after a break
+#: there once the block held a rewritten site ("exception table entry start instruction
+#: has no offset"; 2.5: a TypeError), and the compile failed, ``torch.no_grad()`` blocks
+#: included.
+_IN_A_BLOCK = (
+    "inside a try or with block of this function: TorchDynamo may fail to rebuild the "
     "block's exception table for code resumed after a break in it"
 )
-
 
 class PredicateRewrite(FunctionStatementRewriter):
     """Predicates tensor-valued ``if`` statements and conditional expressions."""
@@ -155,8 +155,8 @@ class PredicateRewrite(FunctionStatementRewriter):
     ) -> ast.stmt | list[ast.stmt]:
         if _is_guard(statement) or not self.may_hold_tensor_data(statement.test):
             return statement
-        if self.may_catch:
-            self.record(statement, Decision.DECLINED, _IN_A_TRY)
+        if self.may_catch or self.in_with_block:
+            self.record(statement, Decision.DECLINED, _IN_A_BLOCK)
             return statement
         then_arm = statement.body
         else_arm = statement.orelse if tail is None else tail
@@ -185,8 +185,8 @@ class PredicateRewrite(FunctionStatementRewriter):
         ]
         if not candidates:
             return statement
-        if self.may_catch:
-            self.record(candidates[0], Decision.DECLINED, _IN_A_TRY)
+        if self.may_catch or self.in_with_block:
+            self.record(candidates[0], Decision.DECLINED, _IN_A_BLOCK)
             return statement
         rewritten = copy.deepcopy(statement)
         definitions: list[ast.stmt] = []
