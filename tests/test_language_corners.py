@@ -308,10 +308,26 @@ def guarded(x):
     total = checked_buffer(x.shape[0])
     total.add_(x)
     return total * 1
+
+
+def _checked_table(n):
+    t = torch.zeros(n)
+    if (t > 100).any():
+        raise ValueError("corrupt table")
+    return t
+
+
+checked_table = functools.lru_cache(maxsize=None)(_checked_table)
+
+
+def wrapped_by_a_call(x):
+    total = checked_table(x.shape[0])
+    total.add_(x)
+    return total * 1
 """
 
 
-@pytest.mark.parametrize("name", ["logged", "guarded"])
+@pytest.mark.parametrize("name", ["logged", "guarded", "wrapped_by_a_call"])
 def test_a_site_in_a_cached_function_keeps_the_cache(load_both, name):
     """A site in an ``lru_cache`` function is left alone: without its break TorchDynamo
     traces through the cache, and each compiled call got a new buffer (found by helper

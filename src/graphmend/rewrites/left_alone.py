@@ -41,8 +41,39 @@ _Definition = tuple[ast.FunctionDef | ast.ClassDef, LeftAlone]
 
 
 def left_alone_definitions(tree: ast.Module, scopes: ModuleScopes) -> Iterator[_Definition]:
-    """The outermost functions and classes of ``tree`` that a decorator leaves alone."""
-    yield from _visit(tree.body, "", (), scopes)
+    """The outermost functions and classes of ``tree`` that a decorator leaves alone, and
+    the module's functions it wraps in a cache by a call (``f = lru_cache()(_f)``)."""
+    cached = _cached_by_a_call(tree, scopes)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in cached:
+            reason = f"left alone: {cached[node.name]}, which {_THROUGH_THE_CACHE}"
+            yield node, LeftAlone(node.lineno, node.col_offset, node.name, reason)
+    rest = [
+        node
+        for node in tree.body
+        if not (isinstance(node, ast.FunctionDef) and node.name in cached)
+    ]
+    yield from _visit(rest, "", (), scopes)
+
+
+#: Why a function a cache wraps is left alone.
+_THROUGH_THE_CACHE = "TorchDynamo calls through without its cache where no graph break stops it"
+
+
+def _cached_by_a_call(tree: ast.Module, scopes: ModuleScopes) -> dict[str, str]:
+    """The module's functions wrapped in ``functools.lru_cache``/``cache`` by a call at
+    module level (``f = lru_cache(maxsize=None)(_f)``, ``f = cache(_f)``), by name, with
+    how it is spelled."""
+    cached = {}
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if not isinstance(value, ast.Call) or len(value.args) != 1:
+            continue
+        wrapper = value.func.func if isinstance(value.func, ast.Call) else value.func
+        wrapped = value.args[0]
+        if isinstance(wrapped, ast.Name) and qualified_name(wrapper, scopes, ()) in _CACHES:
+            cached[wrapped.id] = f"wrapped by {ast.unparse(value)}"
+    return cached
 
 
 def _visit(
@@ -85,10 +116,7 @@ def _reason(
             return f"left alone: decorated with @{spelled}, so TorchDynamo never traces it"
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
         if qualified_name(target, scopes, functions) in _CACHES:
-            return (
-                f"left alone: decorated with @{spelled}, which TorchDynamo calls through "
-                "without its cache where no graph break stops it"
-            )
+            return f"left alone: decorated with @{spelled}, which {_THROUGH_THE_CACHE}"
     if isinstance(definition, ast.FunctionDef):
         reader = _reads_its_locals(definition, scopes, (*functions, definition))
         if reader is not None:
