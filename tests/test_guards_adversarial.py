@@ -402,3 +402,27 @@ def test_an_assert_on_a_numpy_array_adds_no_graph(load_both):
         with pytest.raises((AssertionError, RuntimeError), match="too big"):
             torch.compile(module.checked, backend="eager")(large)
     assert graphs[1] <= graphs[0]
+
+
+AFTER_A_PYTHON_FLAG = """
+import torch
+
+STRICT = True
+
+
+def flagged(x):
+    x.add_(1)
+    assert STRICT and (x < 5).all(), "out of range"
+    return x * 2
+"""
+
+
+def test_an_assert_whose_jump_is_on_a_python_value_stays_lowered(load_both):
+    """``STRICT and (x < 5).all()``: TorchDynamo folds the Python flag and lowers the
+    assert itself, so the fallback reads no truth on the host (2 graphs against plain's 1;
+    found by the review of a7b372c)."""
+    graphs = []
+    for module in load_both(AFTER_A_PYTHON_FLAG):
+        torch._dynamo.reset()
+        graphs.append(torch._dynamo.explain(module.flagged)(torch.zeros(2)).graph_count)
+    assert graphs[1] <= graphs[0]

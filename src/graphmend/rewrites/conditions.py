@@ -90,25 +90,33 @@ def choice_on_host(
 
 
 def jumps_moved_to_device(
-    test: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
+    test: ast.expr,
+    scopes: ModuleScopes,
+    functions: Sequence[ast.AST],
+    may_be_tensor: Callable[[ast.expr], bool],
 ) -> bool:
     """Whether :class:`ConditionTranslator` puts on the device a choice the original makes
-    on the host, a jump on a tensor (``not t``, ``a and b`` with ``b`` pure, ``a < b < c``)
-    or a read of one (``torch.equal``): where the truth is read on the host after all, it breaks the
-    graph there, as the original does (a host read GraphMend translates is found by
-    :func:`choice_on_host`)."""
+    on the host, a jump on what ``may_be_tensor`` (``not t``, ``t and b`` with ``b``
+    pure, ``a < t < c``) or a read of a tensor (``torch.equal``): where the truth is
+    read on the host after all, it breaks the graph there, as the original does (a
+    host read GraphMend translates is found by :func:`choice_on_host`)."""
     for node in ast.walk(test):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return True
-        if isinstance(node, ast.Compare) and len(node.ops) == 2:
-            return True
-        if isinstance(node, ast.BoolOp):
+            if may_be_tensor(node.operand):
+                return True
+        elif isinstance(node, ast.Compare) and len(node.ops) == 2:
+            if may_be_tensor(node.left) or may_be_tensor(node.comparators[0]):
+                return True
+        elif isinstance(node, ast.BoolOp):
             rest = node.values[1:]
             rest_node = rest[0] if len(rest) == 1 else ast.BoolOp(op=node.op, values=rest)
-            if speculation_problem(rest_node, scopes, functions) is None:
+            jumps = any(map(may_be_tensor, node.values[:-1]))
+            if jumps and speculation_problem(rest_node, scopes, functions) is None:
                 return True
-        call = node if isinstance(node, ast.Call) else None
-        if call is not None and qualified_name(call.func, scopes, functions) in _ON_DEVICE:
+        elif (
+            isinstance(node, ast.Call)
+            and qualified_name(node.func, scopes, functions) in _ON_DEVICE
+        ):
             return True
     return False
 

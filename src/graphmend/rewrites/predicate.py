@@ -111,6 +111,7 @@ _IN_A_BLOCK = (
     "block's exception table for code resumed after a break in it"
 )
 
+
 class PredicateRewrite(FunctionStatementRewriter):
     """Predicates tensor-valued ``if`` statements and conditional expressions."""
 

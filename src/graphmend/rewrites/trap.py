@@ -35,7 +35,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graphmend.analysis.purity import qualified_name
+from graphmend.analysis.purity import may_hold_tensor_data, qualified_name
 from graphmend.analysis.scopes import BindingKind, ModuleScopes, Resolution
 from graphmend.analysis.speculation import speculation_problem
 from graphmend.findings import Decision
@@ -216,10 +216,15 @@ class TrapRewrite(FunctionStatementRewriter):
         where the translated test does not (:func:`jumps_moved_to_device`): TorchDynamo
         breaks the graph there, where it turns an assert whose test is one tensor into
         ``torch._assert_async`` itself."""
-        return guard.is_assert and jumps_moved_to_device(
+        if not guard.is_assert:
+            return False
+        scopes, functions = self.module.scopes, self.enclosing.functions
+        names = self.module.tensor_names(functions[-1], functions)
+        return jumps_moved_to_device(
             guard.condition.operand,  # type: ignore[attr-defined]
-            self.module.scopes,
-            self.enclosing.functions,
+            scopes,
+            functions,
+            lambda expr: may_hold_tensor_data(expr, scopes, functions, names),
         )
 
     def _where(self, guard: _Guard) -> str:
