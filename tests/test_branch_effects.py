@@ -164,3 +164,47 @@ def test_a_branch_not_taken_acts_as_in_plain_compile(load_both, name, backend):
     for got, want in zip(observed, expected, strict=True):
         assert same(got, want), (got, want)
     assert graphs <= plain_graphs
+
+
+CHANGED_BEFORE = """
+import torch
+from torch import nn
+
+LOG = []
+
+
+class Tracker:
+    def add(self, t):
+        LOG.append("added")
+        return t + 1
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tracker = Tracker()
+
+    def forward(self, x):
+        LOG.append("forward")
+        if x.sum() > 0:
+            y = self.tracker.add(x)
+        else:
+            y = x * 3
+        return y
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_branch_changing_an_object_the_frame_changed_before_acts_as_plain(load_both, backend):
+    """The object the branch appends to was appended to before it: compared by which
+    objects changed, the branch's change went unseen (found by the review of 856c66e)."""
+    plain, rewritten = load_both(CHANGED_BEFORE)
+    observed = []
+    for module in (plain, rewritten):
+        module.LOG.clear()
+        torch._dynamo.reset()
+        compiled = torch.compile(module.M(), backend=backend)
+        with torch.no_grad():
+            results = [compiled(torch.full((3,), -1.0)) for _ in range(2)]
+        observed.append((results, list(module.LOG)))
+    assert same(observed[1], observed[0])

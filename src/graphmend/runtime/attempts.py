@@ -40,6 +40,7 @@ from graphmend.runtime.branch_effects import acting_operation, asserts
 from graphmend.runtime.cond_layout import tensor_versions
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 from graphmend.runtime.marked_sizes import pinned_marked_size
+from graphmend.runtime.object_changes import changes_so_far
 from graphmend.runtime.pending_effects import changed_sources, pending_in
 from graphmend.runtime.run_time_errors import raising_operation
 from graphmend.runtime.skipped_frames import in_a_loop, note_opened
@@ -58,6 +59,7 @@ class Attempt:
         self.nodes = set(self.graph.nodes)
         self.side_effects = tracer.output.side_effects.clone()
         self.changed = changed_sources(tracer.output)
+        self.changes = changes_so_far()
         self.deferred = len(tracer.debug_locals)
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
@@ -99,12 +101,16 @@ class Attempt:
                 return node.name
         return None
 
-    def changed_objects(self) -> list[str]:
+    def changed_object(self) -> str | None:
         """What the attempt changed of the objects that existed before the trace (a list
-        appended to, an attribute stored), by source name: TorchDynamo applies it after
-        the graph, and :meth:`undo` cannot take it back (the change is recorded on the
-        object's variable itself)."""
-        return sorted(changed_sources(self.tracer.output) - self.changed)
+        appended to, an attribute stored), by source name where it is the first change to
+        that object (:mod:`graphmend.runtime.object_changes`), or ``None``: TorchDynamo
+        applies it after the graph, and :meth:`undo` cannot take it back (the change is
+        recorded on the object's variable itself)."""
+        if changes_so_far() == self.changes:
+            return None
+        first = sorted(changed_sources(self.tracer.output) - self.changed)
+        return first[0] if first else "an object the frame changed before"
 
     def deferred_output(self) -> bool:
         """Whether the attempt deferred an output call to after the graph."""
@@ -319,7 +325,7 @@ class Site:
         (:meth:`keep_break_if_guarded`), else undo it; ``reason`` is recorded for
         ``rewrite`` at the user's line ``tracer`` (a site's runtime function) stands at,
         and the original code runs."""
-        if attempt.changed_objects():
+        if attempt.changed_object() is not None:
             self.keep_break(reason)
         self.keep_break_if_guarded(attempt, reason)
         attempt.undo()
@@ -650,7 +656,7 @@ def _why_branch_acts(attempt: Attempt, versions: dict[Any, int]) -> str | None:
         return f"a branch {acting}"
     if attempt.deferred_output():
         return "a branch makes an output call, which would run untaken"
-    changed = attempt.changed_objects()
-    if changed:
-        return f"a branch changes {changed[0]}, which would change untaken"
+    changed = attempt.changed_object()
+    if changed is not None:
+        return f"a branch changes {changed}, which would change untaken"
     return None
