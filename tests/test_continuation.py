@@ -367,7 +367,6 @@ def _findings(source: str) -> dict[str, str]:
     ("rest", "reason"),
     [
         ("    return super().forward(x)\n", "super() without arguments"),
-        ("    return vars(self)\n", "vars() would see another frame"),
         ("    yield x\n", "the function is a generator"),
         ("    return y\n", "reads 'y', maybe unbound here"),
         # a loop reading what an earlier run (or nothing) bound, or running zero times

@@ -49,7 +49,6 @@ from graphmend.analysis.bindings import (
 from graphmend.analysis.walking import own_nodes
 from graphmend.findings import Decision
 from graphmend.rewrites.common import (
-    FRAME_INTROSPECTION,
     PREFIX,
     TOO_DEEP,
     Decline,
@@ -273,11 +272,13 @@ def _check_copied(copied: list[ast.stmt], rest: list[ast.stmt]) -> None:
             "(the bound on what is copied into both branches)"
         )
     for node in own_nodes(copied):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id == "super" and not node.args:
-                raise Decline("super() without arguments needs the method's own frame")
-            if node.func.id in FRAME_INTROSPECTION:
-                raise Decline(f"{node.func.id}() would see another frame")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "super"
+            and not node.args
+        ):
+            raise Decline("super() without arguments needs the method's own frame")
         if isinstance(node, ast.Name) and node.id == "__class__":
             raise Decline("__class__ needs the method's own frame")
         if isinstance(node, _NAMED_DEFINITIONS) and not _generated_definition(node):
