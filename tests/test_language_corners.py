@@ -488,6 +488,21 @@ def asserted(x):
     return x * 2
 
 
+def three_comparisons(x):
+    h = x * 1.0
+    if -1.0 < h.mean() <= h.max() < 5:
+        h = h * 2
+    return h
+
+
+def after_a_break(x):
+    h = x * 1.0
+    print("before")
+    if 0 < h.sum() < 1.0:
+        h = h * 2
+    return h
+
+
 def operand_of_an_or(x, eps=0.3):
     s = x.sum()
     if 0 < (eps or 0.5) < s:
@@ -496,7 +511,10 @@ def operand_of_an_or(x, eps=0.3):
 """
 
 
-@pytest.mark.parametrize("name", ["branch", "selected", "asserted", "operand_of_an_or"])
+@pytest.mark.parametrize(
+    "name",
+    ["branch", "selected", "asserted", "operand_of_an_or", "three_comparisons", "after_a_break"],
+)
 def test_a_chained_comparison_is_combined_as_an_and(load_both, name):
     """``0 < s < 1.0`` stood in the translated condition as written: a jump on the tensor
     ``0 < s`` broke the graph inside it, and the resumed frame traced the merge, one

@@ -28,6 +28,7 @@ from graphmend.analysis.purity import is_host_conversion, is_number_search, qual
 from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.analysis.speculation import speculation_problem
 from graphmend.rewrites.common import (
+    PREFIX,
     Decline,
     load,
     make_function,
@@ -104,7 +105,7 @@ def jumps_moved_to_device(
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             if may_be_tensor(node.operand):
                 return True
-        elif isinstance(node, ast.Compare) and len(node.ops) == 2:
+        elif isinstance(node, ast.Compare) and len(node.ops) > 1:
             if may_be_tensor(node.left) or may_be_tensor(node.comparators[0]):
                 return True
         elif isinstance(node, ast.BoolOp):
@@ -238,10 +239,11 @@ class ConditionTranslator:
         be unbound there (the original raises only if it evaluates that side)."""
         body = [*copy.deepcopy(prelude), ast.Return(value=tuple_of([copy.deepcopy(value)]))]
         assigned = {
-            node.id
+            node.id if isinstance(node, ast.Name) else node.name
             for statement in body
             for node in ast.walk(statement)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+            if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store))
+            or isinstance(node, ast.FunctionDef)  # a nested and/or's own function
         }
         own = self.scopes.locals_of(self.functions[-1]) if self.functions else frozenset()
         parameters = sorted(
@@ -250,7 +252,10 @@ class ConditionTranslator:
                 for statement in body
                 for name in names_read(statement)
                 if name not in assigned
-                and self.scopes.resolve(name, self.functions) is Resolution.LOCAL
+                and (
+                    name.startswith(PREFIX)  # bound by the translation before: a local
+                    or self.scopes.resolve(name, self.functions) is Resolution.LOCAL
+                )
             }
         )
         if any(name in own and name not in self.bound for name in parameters):
@@ -273,7 +278,7 @@ class ConditionTranslator:
             return runtime_call("contains", element, container, ast.Constant(negated))
         operands = [node.left, *node.comparators]
         host = [self._is_host_read(operand) for operand in operands]
-        if len(node.ops) == 2 and not any(host):
+        if len(node.ops) > 1 and not any(host):
             return self._chained(node)
         if not any(host):
             return copy.deepcopy(node)
@@ -296,19 +301,21 @@ class ConditionTranslator:
         )
 
     def _chained(self, node: ast.Compare) -> ast.expr:
-        """``a < b < c``: ``a`` and ``b`` bound in that order, then ``a < b and b < c``,
-        translated as an ``and`` (a jump on the tensor ``a < b``, where plain compile
-        breaks too, would otherwise stand in the condition: one graph more than plain
-        where the chain stops there)."""
+        """``a < b < c``: ``a`` and ``b`` bound in that order, then ``a < b and b < c``
+        (the rest a chain again where it is longer), translated as an ``and`` (a jump on
+        the tensor ``a < b``, where plain compile breaks too, would otherwise stand in
+        the condition: one graph more than plain where the chain stops there)."""
         left, middle = self.fresh_name("operand"), self.fresh_name("operand")
         for name, operand in ((left, node.left), (middle, node.comparators[0])):
             # bound as written: an operand is a value (``eps or 0.5``), not a condition
             self.prelude.append(ast.Assign(targets=[store(name)], value=copy.deepcopy(operand)))
         first = ast.Compare(left=load(left), ops=[node.ops[0]], comparators=[load(middle)])
-        second = ast.Compare(
-            left=load(middle), ops=[node.ops[1]], comparators=[copy.deepcopy(node.comparators[1])]
+        rest = ast.Compare(  # b < c < d after a < b: a chain again, on the right of the and
+            left=load(middle),
+            ops=node.ops[1:],
+            comparators=[copy.deepcopy(operand) for operand in node.comparators[1:]],
         )
-        return self._bool_op(ast.BoolOp(op=ast.And(), values=[first, second]))
+        return self._bool_op(ast.BoolOp(op=ast.And(), values=[first, rest]))
 
     def _call(self, node: ast.Call) -> ast.expr | None:
         if self._is_host_read(node):

@@ -104,9 +104,13 @@ def changed_sources(output: Any) -> set[str]:
 
 def _name_of(source: Any) -> str:
     """A TorchDynamo source's name (``L['self'].calls``): a method on torch 2.5, a
-    property on 2.13."""
-    name = source.name
-    return name() if callable(name) else name
+    property on 2.13; its ``repr`` for a source without one (torch 2.13's
+    ``LocalCellSource``, a cell the frame binds, raises ``NotImplementedError``)."""
+    try:
+        name = source.name
+        return name() if callable(name) else name
+    except NotImplementedError:
+        return repr(source)
 
 
 def _mark_constant(dynamo: Any) -> None:
