@@ -28,7 +28,6 @@ from graphmend.analysis.purity import is_host_conversion, is_number_search, qual
 from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.analysis.speculation import speculation_problem
 from graphmend.rewrites.common import (
-    PREFIX,
     Decline,
     load,
     make_function,
@@ -141,6 +140,13 @@ class ConditionTranslator:
         self.rewrite = rewrite
         self.bound = bound
         self.prelude: list[ast.stmt] = []
+        self._locals: set[str] = set()
+
+    def _local(self, role: str) -> str:
+        """A new injected name for a local the translation binds."""
+        name = self.fresh_name(role)
+        self._locals.add(name)
+        return name
 
     def translate(self, condition: ast.expr) -> tuple[list[ast.stmt], ast.expr]:
         """Statements to run first, and the condition with tensor parts kept on the device."""
@@ -185,7 +191,7 @@ class ConditionTranslator:
         object's ``__bool__`` twice).
         """
         is_and = isinstance(node.op, ast.And)
-        result = self.fresh_name("bool")
+        result = self._local("bool")
         self.prelude.append(
             ast.Assign(targets=[store(result)], value=self._condition(node.values[0]))
         )
@@ -210,7 +216,7 @@ class ConditionTranslator:
             self.prelude.append(python_path)
             return load(result)
         definition, attempt = ahead
-        value = self.fresh_name("right")
+        value = self._local("right")
         combined = runtime_call(
             "logical_and" if is_and else "logical_or",
             load(result),
@@ -253,7 +259,7 @@ class ConditionTranslator:
                 for name in names_read(statement)
                 if name not in assigned
                 and (
-                    name.startswith(PREFIX)  # bound by the translation before: a local
+                    name in self._locals  # bound by the translation before it
                     or self.scopes.resolve(name, self.functions) is Resolution.LOCAL
                 )
             }
@@ -305,7 +311,7 @@ class ConditionTranslator:
         (the rest a chain again where it is longer), translated as an ``and`` (a jump on
         the tensor ``a < b``, where plain compile breaks too, would otherwise stand in
         the condition: one graph more than plain where the chain stops there)."""
-        left, middle = self.fresh_name("operand"), self.fresh_name("operand")
+        left, middle = self._local("operand"), self._local("operand")
         for name, operand in ((left, node.left), (middle, node.comparators[0])):
             # bound as written: an operand is a value (``eps or 0.5``), not a condition
             self.prelude.append(ast.Assign(targets=[store(name)], value=copy.deepcopy(operand)))

@@ -49,8 +49,13 @@ def _counting(original: Any) -> Any:
 
 
 def _existed_before_the_trace(item: Any) -> bool:
-    """Whether a TorchDynamo variable stands for an object made before the trace (its
-    mutation kind is an ``...Existing`` one: ``mutation_type`` on torch 2.13,
-    ``mutable_local`` on 2.5)."""
+    """Whether a TorchDynamo variable stands for an object made before the trace: it has
+    a source, and its mutation kind is not a ``...New`` one (``mutation_type`` on torch
+    2.13, ``mutable_local`` on 2.5, where an iterator made while tracing has a plain
+    ``MutableLocal``)."""
     mutation = getattr(item, "mutation_type", None) or getattr(item, "mutable_local", None)
-    return mutation is not None and "New" not in type(mutation).__name__
+    return (
+        getattr(item, "source", None) is not None
+        and mutation is not None
+        and "New" not in type(mutation).__name__
+    )
