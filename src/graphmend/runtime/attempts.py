@@ -268,6 +268,9 @@ _ON_BREAK = "graphmend_on_graph_break"
 #: The attribute of the ``OutputGraph`` being traced that lists what to call when tracing
 #: fails (:func:`on_trace_error`).
 _ON_ERROR = "graphmend_on_trace_error"
+#: The attribute of the ``OutputGraph`` being traced that holds the marked-size check
+#: registered for it (:func:`keep_marked_sizes_dynamic`).
+_WATCHES_MARKED_SIZES = "graphmend_watches_marked_sizes"
 #: The attribute of a site's runtime function's tracer that holds its :class:`Site`.
 _OPENED = "graphmend_opened_site"
 #: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
@@ -384,7 +387,7 @@ def _open(tracer: Any, rewrite_variable: Any) -> str | None:
     setattr(tracer.output, _LAST_OPENED, site)
     if rewrite == "defer" or (rewrite != "trap" and pending_in(tracer)):
         watch_for_asserts_after(site, tracer)
-    keep_marked_sizes_dynamic(site, tracer)
+    keep_marked_sizes_dynamic(tracer)
     return None
 
 
@@ -414,27 +417,29 @@ def watch_for_asserts_after(site: Site, tracer: Any) -> None:
     check_before_compiling(output, keep_break_if_asserted_after)
 
 
-def keep_marked_sizes_dynamic(site: Site, tracer: Any) -> None:
-    """Before the graph ``tracer`` traces is compiled, restart with ``site`` keeping its
-    break if it is the site opened last there and the graph pins a size the program
-    marked dynamic (:mod:`graphmend.runtime.marked_sizes`): the compile would fail,
-    where plain compile's break left that code to a frame of its own.  Not where the
-    frame must be one graph: there the break fails the compile in any case."""
-    if must_be_one_graph(tracer):
-        return
+def keep_marked_sizes_dynamic(tracer: Any) -> None:
+    """Before the graph ``tracer`` traces is compiled, restart with the site opened last
+    there keeping its break if the graph pins a size the program marked dynamic
+    (:mod:`graphmend.runtime.marked_sizes`): the compile would fail, where plain
+    compile's break left that code to a frame of its own.  Registered once per graph.
+    Not where the frame must be one graph: there the break fails the compile in any
+    case."""
     output = tracer.output
+    registered = getattr(output, _WATCHES_MARKED_SIZES, None)
+    if must_be_one_graph(tracer) or registered in checks_before_compiling(output):
+        return  # (an attempt's undo drops what it registered: then it is registered again)
 
     def keep_break_if_pinned(_results: list[Any]) -> None:
-        if last_opened_site(output) is not site:
-            return
-        pinned = pinned_marked_size(output)
-        if pinned is not None:
+        site = last_opened_site(output)
+        pinned = None if site is None else pinned_marked_size(output)
+        if site is not None and pinned is not None:
             site.keep_break(
                 f"the code after it pins {pinned}, a size the program marks dynamic "
                 "(torch._dynamo.mark_dynamic): the compile would fail"
             )
 
     check_before_compiling(output, keep_break_if_pinned)
+    setattr(output, _WATCHES_MARKED_SIZES, keep_break_if_pinned)
 
 
 def _kept_anyway(tracer: Any) -> str | None:

@@ -7,7 +7,7 @@ a frame appended to before a branch, appended to again in the branch, looks the 
 afterwards.  So the calls recording such a change
 (``torch._dynamo.side_effects.SideEffects.mutation`` and ``store_attr``) are counted,
 once wrapped, for an attempt to compare before and after
-(:meth:`graphmend.runtime.attempts.Attempt.changed_objects`).
+(:meth:`graphmend.runtime.attempts.Attempt.changed_object`).
 """
 
 from __future__ import annotations
