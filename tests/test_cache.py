@@ -6,11 +6,13 @@ Attacks by another user (which need root) are in ``test_cache_security.py``.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import marshal
 import os
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -649,6 +651,48 @@ def test_a_named_pipe_in_place_of_an_entry_does_not_hang_the_import(cache_dir, m
         if worker.is_alive():  # a writer lets the blocked open go on
             os.close(os.open(entry, os.O_WRONLY | os.O_NONBLOCK))
             worker.join()
+
+
+def test_a_directory_in_place_of_an_entry_breaks_no_import(cache_dir, module_file):
+    # os.open takes a directory; reading it raised IsADirectoryError out of the import.
+    assert _build(cache_dir, module_file).code is not None
+    (entry,) = _entries(cache_dir)
+    entry.unlink()
+    entry.mkdir()
+    built = _build(cache_dir, module_file)
+    assert built.status is Status.REWRITTEN and built.code is not None
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"summary": {"T1": [1, 2]}, "warns": False},
+        {"summary": [1, 2], "warns": False},
+        {"summary": {"T1": {"rewritten": "1"}}, "warns": False},
+        {"summary": {}, "warns": 1},
+        {"summary": {}},
+        [],
+    ],
+    ids=["counts-a-list", "summary-a-list", "count-a-string", "warns-an-int", "no-warns", "a-list"],
+)
+def test_an_entry_whose_metadata_is_not_graphmends_is_rebuilt(cache_dir, module_file, meta):
+    # A checksum that holds proves no writer: a summary of another shape was accepted, and
+    # GRAPHMEND_LOG=debug then failed the import describing it.
+    path = str(module_file)
+    cache = BytecodeCache(cache_dir)
+    settings = Config(packages=("cached_module",), cache_dir=cache_dir).settings_key()
+    key = BytecodeCache.key(SOURCE, path, settings)
+    code = compile(SOURCE, path, "exec")
+    assert cache.store("cached_module", key, code, {})
+    (entry,) = _entries(cache_dir)
+    data = entry.read_bytes()
+    header = struct.Struct("<4s32s16sI")
+    magic, stored_key, _, meta_length = header.unpack_from(data)
+    payload = json.dumps(meta).encode() + data[header.size + meta_length :]
+    checksum = hashlib.blake2b(payload, digest_size=16).digest()
+    entry.write_bytes(header.pack(magic, stored_key, checksum, len(json.dumps(meta))) + payload)
+    assert cache.load("cached_module", key) is None
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
 
 
 @posix_modes

@@ -50,6 +50,7 @@ from enum import Enum
 from functools import cache
 from pathlib import Path
 from types import CodeType
+from typing import Any
 
 from graphmend import interpreter_builtins
 from graphmend.notices import warn
@@ -234,9 +235,9 @@ class BytecodeCache:
             code = marshal.loads(payload[meta_length:])
         except (ValueError, EOFError, TypeError):
             return None
-        if not isinstance(code, CodeType) or not isinstance(meta, dict):
+        if not isinstance(code, CodeType) or not _valid_meta(meta):
             return None
-        return CacheEntry(code, meta.get("summary", {}), meta.get("warns") is True)
+        return CacheEntry(code, meta["summary"], meta["warns"])
 
     def store(
         self,
@@ -507,6 +508,21 @@ def _make_directory(directory: Path, mode: int) -> None:
     os.chmod(directory, mode)
 
 
+def _valid_meta(meta: Any) -> bool:
+    """Whether ``meta`` is what :meth:`BytecodeCache.store` writes: a summary (counts of
+    decisions per rewrite) and whether compiling the source warns."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("warns"), bool):
+        return False
+    summary = meta.get("summary")
+    return isinstance(summary, dict) and all(
+        isinstance(counts, dict)
+        and all(
+            isinstance(decision, str) and type(number) is int for decision, number in counts.items()
+        )
+        for counts in summary.values()
+    )
+
+
 def _read_entry(path: Path) -> bytes | None:
     """The bytes of an entry file, or ``None`` when missing, unreadable or untrusted.
 
@@ -517,10 +533,11 @@ def _read_entry(path: Path) -> bytes | None:
         descriptor = os.open(path, _OPEN_FLAGS)
     except OSError:
         return None
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):  # a directory opens too, but cannot be read
+        os.close(descriptor)
+        return None
     with os.fdopen(descriptor, "rb") as handle:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            return None
         problem = _distrust(path, status)
         if problem is not None:
             _warn_once(path.parent, problem)
