@@ -81,6 +81,34 @@ def test_any_module_name_gets_an_entry_of_its_own_in_the_cache(cache_dir, module
     assert other.status is Status.REWRITTEN and len(_entries(cache_dir)) == 2
 
 
+def test_a_name_the_file_system_cannot_encode_breaks_no_import(tmp_path, cache_dir, module_file):
+    # Under an ASCII locale a non-ASCII identifier (a trust_remote_code module's name) was
+    # the entry's file name as it is: os.open raised UnicodeEncodeError out of the import.
+    # A cache_dir the file system cannot name is refused at install(), as a NUL is.
+    script = f"""
+import importlib.util, graphmend
+from graphmend.config import ConfigError
+try:
+    graphmend.install(["plugins"], cache_dir="/tmp/cach\\u00e8")
+except ConfigError as error:
+    print("refused:", error)
+graphmend.install(["plugins"], cache_dir={str(cache_dir)!r})
+for attempt in ("cold", "warm"):
+    spec = importlib.util.spec_from_file_location("plugins.mod\\u00e8le", {str(module_file)!r})
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    print(attempt, type(spec.loader).__name__, module.f(1))
+"""
+    ascii_locale = {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    done = run_python("-c", script, env={**ascii_locale, "PYTHONIOENCODING": "utf-8"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused: cache_dir='/tmp/cach") and "(ascii)" in lines[0]
+    assert lines[1:] == ["x is 1", "cold GraphMendLoader 1", "x is 1", "warm GraphMendLoader 1"]
+    (entry,) = _entries(cache_dir)
+    assert entry.name.isascii()
+
+
 def test_key_follows_content_not_mtime(cache_dir, module_file):
     _build(cache_dir, module_file)
     os.utime(module_file, (1, 1))

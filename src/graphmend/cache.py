@@ -165,13 +165,18 @@ def _slot_prefix(module_name: str, key: bytes) -> str:
 
 def _file_name_part(module_name: str) -> str:
     """The module's name as its entries' file names hold it: as it is where it is made of
-    identifiers and fits; else its last part (an ASCII identifier, its first 40 characters)
-    and ``~`` with a digest of the whole.  Any string names a module
+    ASCII identifiers and fits; else its last part (an ASCII identifier, its first 40 characters)
+    and ``~`` with a digest of the whole.  A name that is not ASCII may not be encodable
+    in the file system's encoding (``LC_ALL=C``).  Any string names a module
     (``spec_from_file_location``): a NUL, a ``/`` or a glob's ``*`` must not reach the
     file system, and a ``transformers_modules`` name with a commit in it may be longer
     than a file name can be."""
     encoded = module_name.encode("utf-8", "surrogatepass")
-    if len(encoded) <= _NAME_BYTES and all(part.isidentifier() for part in module_name.split(".")):
+    if (
+        len(encoded) <= _NAME_BYTES
+        and module_name.isascii()  # any file system encoding can name it
+        and all(part.isidentifier() for part in module_name.split("."))
+    ):
         return module_name
     last = module_name.rsplit(".", 1)[-1]
     readable = last[:40] if last.isidentifier() and last.isascii() else ""

@@ -264,6 +264,13 @@ class Config:
         object.__setattr__(self, "cache_dir", Path(self.cache_dir).absolute())
         if "\0" in str(self.cache_dir):
             raise ConfigError(f"cache_dir={str(self.cache_dir)!r}: a path cannot hold a NUL")
+        try:
+            os.fsencode(self.cache_dir)
+        except UnicodeEncodeError:
+            raise ConfigError(
+                f"cache_dir={str(self.cache_dir)!r}: the file system's encoding "
+                f"({sys.getfilesystemencoding()}) cannot name it"
+            ) from None
         object.__setattr__(self, "rewrites", _check_rewrites(self.rewrites))
         object.__setattr__(self, "packages", scope(self.packages))
         if self.cuda_guards not in CUDA_GUARD_MODES:
