@@ -423,9 +423,11 @@ def _foreign_file(path: Path) -> str | None:
         return None
     except OSError as error:
         return f"{path} cannot be read ({error.strerror or error}); it was left as it is"
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # a directory opens, but not as a file
+        os.close(descriptor)
+        return foreign
     with os.fdopen(descriptor, "rb") as handle:
-        regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
-        if regular and handle.read(len(_MAGIC)) in (_MAGIC, b""):
+        if handle.read(len(_MAGIC)) in (_MAGIC, b""):
             return None
     return foreign
 
