@@ -220,17 +220,29 @@ def test_unclaimed_names_namespace_packages_and_extensions_are_left_alone(
     assert finder.find_spec(extension, safetensors.__path__) is None  # not source
 
 
-def test_syntax_error_is_exactly_the_one_python_raises(write_module, cache_dir):
-    source = "import torch\ndef f(:\n    pass\n"
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ndef f(:\n    pass\n",
+        # errors the compiler finds, not the parser: GraphMend warned that it could not
+        # rewrite the module and imported it unchanged, then the import failed
+        "import torch\nreturn 5\n",
+        "import torch\ndef f():\n    nonlocal x\n",
+        "import torch\ndef f():\n    x = 1\n    global x\n",
+    ],
+    ids=["parser", "return-outside-function", "nonlocal-unbound", "global-after-use"],
+)
+def test_syntax_error_is_exactly_the_one_python_raises(write_module, cache_dir, source):
     plain = write_module(source)
     claimed = write_module(source)
     with pytest.raises(SyntaxError) as expected:
         importlib.import_module(plain)
     _install(claimed, cache_dir=cache_dir)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no GraphMend warning either
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         with pytest.raises(SyntaxError) as raised:
             importlib.import_module(claimed)
+    assert [str(warning.message) for warning in caught] == []  # no GraphMend warning either
     assert type(raised.value) is type(expected.value)
     assert (raised.value.msg, raised.value.lineno, raised.value.offset, raised.value.text) == (
         expected.value.msg,

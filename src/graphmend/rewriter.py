@@ -8,6 +8,7 @@ loader, with one warning that names the module and the reason.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -149,6 +150,8 @@ class ModuleRewriter:
         try:
             code, compiler_warned = compile_noting_warnings(result.tree, filename)
         except Exception as error:
+            if isinstance(error, SyntaxError) and _compiler_refuses(source, filename):
+                return Outcome(Status.SYNTAX_ERROR, None)  # the user's: 'return' outside function
             return Outcome(Status.FELL_BACK, None, reason=f"compiling failed: {_describe(error)}")
         status = Status.REWRITTEN if result.changed else Status.UNCHANGED
         summary = summarize(result.findings)
@@ -156,6 +159,19 @@ class ModuleRewriter:
         return Outcome(
             status, code, summary, seconds=seconds, warns=parser_warned or compiler_warned
         )
+
+
+def _compiler_refuses(source: bytes, filename: str) -> bool:
+    """Whether Python's compiler, not only the parser, rejects the original source (a
+    ``return`` outside a function, a ``nonlocal`` of no binding): Python's own loader then
+    raises the error, as without GraphMend."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Python's loader gives them, once
+        try:
+            compile(source, filename, "exec", dont_inherit=True)
+        except SyntaxError:
+            return True
+    return False
 
 
 def _describe(error: BaseException) -> str:
