@@ -40,6 +40,24 @@ def test_install_of_no_pattern_is_refused_as_the_environment_refuses_it(packages
     assert _finders() == []
 
 
+@pytest.mark.parametrize(
+    ("packages", "message"),
+    [
+        (["torch.nn"], r"packages=\['torch.nn'\]: module pattern 'torch.nn' would claim torch"),
+        ("mypkg,other", r"packages=\['mypkg,other'\]: invalid module pattern"),
+        (["a..b"], r"packages=\['a..b'\]: invalid module pattern"),
+        ([None], r"packages=\[None\]: module patterns are strings"),
+        (b"mypkg", r"packages=b'mypkg': module patterns are strings"),
+    ],
+)
+def test_install_refuses_a_bad_pattern_with_a_config_error(packages, message):
+    # README: install() raises ConfigError for a value it cannot use, as the environment
+    # does; these raised PatternError, or AttributeError from inside.
+    with pytest.raises(ConfigError, match=message):
+        graphmend.install(packages)
+    assert _finders() == []
+
+
 def test_installation_is_a_context_manager(write_module):
     name = write_module(SOURCE)
     with graphmend.install(name) as installation:

@@ -79,7 +79,10 @@ def install(
     """
     config = Config.from_env()
     if packages is not None:
+        given = packages
         packages = [packages] if isinstance(packages, str) else list(packages)
+        if not all(isinstance(pattern, str) for pattern in packages):
+            raise ConfigError(f"packages={given!r}: module patterns are strings")
         if not packages:  # as GRAPHMEND_PACKAGES=',' is refused
             raise ConfigError(
                 "packages=[] names no module pattern (leave it out for the default scope)"

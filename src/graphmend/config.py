@@ -275,8 +275,10 @@ class Config:
         object.__setattr__(self, "packages", scope(self.packages))
         if self.cuda_guards not in CUDA_GUARD_MODES:
             raise ConfigError(f"cuda_guards={self.cuda_guards!r}: use 'async' or 'sync'")
-        # Validates the patterns now rather than at the first import.
-        ModuleMatcher(self.packages)
+        try:  # now rather than at the first import
+            ModuleMatcher(self.packages)
+        except PatternError as error:
+            raise ConfigError(f"packages={list(self.packages)!r}: {error}") from None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Config:
