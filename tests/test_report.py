@@ -232,8 +232,9 @@ def test_report_command_runs_the_script_and_compares_without_graphmend(script: P
         cwd=script.parent,
     )
     assert child.returncode == 0, child.stderr
-    assert "result torch.Size([1, 4])" in child.stdout  # the script ran, eagerly
-    (model,) = json.loads(child.stdout[child.stdout.index("\n[") :])
+    # the script ran, eagerly; what it printed goes to stderr: stdout is only the JSON
+    assert "result torch.Size([1, 4])" in child.stderr
+    (model,) = json.loads(child.stdout)
     assert model["model"] == "Model"
     assert model["without_graphmend"]["graphs"] > model["graphs"]
     assert [entry["lineno"] for entry in model["removed"]] == [7]
@@ -334,3 +335,28 @@ def test_report_command_says_what_a_named_function_returns_wrong(tmp_path, built
     )
     assert cli_main(["report", f"{path}:build"]) == 2
     assert "build() must return (model, args) or (model, args, kwargs)" in capsys.readouterr().err
+
+
+def test_report_command_says_in_one_line_that_a_call_cannot_be_traced(tmp_path, capsys) -> None:
+    # It ended in a hundred-line traceback through GraphMend's and torch's frames.
+    path = tmp_path / "untraceable.py"
+    path.write_text(
+        "import torch\n\ndef f(x):\n    return x + 'a'\n\ng = torch.compile(f)\n"
+        "try:\n    g(torch.ones(1))\nexcept TypeError:\n    pass\n"
+    )
+    assert cli_main(["report", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("graphmend: f: its first call could not be traced (TorchRuntimeError:")
+
+
+def test_report_command_shows_a_failing_named_function_as_the_scripts_error(tmp_path) -> None:
+    path = tmp_path / "builds.py"
+    path.write_text("def build():\n    raise KeyError('no model here')\n")
+    child = run_python("-m", "graphmend", "report", f"{path}:build", cwd=tmp_path)
+    assert child.returncode == 1
+    assert child.stderr.splitlines() == [
+        "Traceback (most recent call last):",
+        f'  File "{path}", line 2, in build',
+        "    raise KeyError('no model here')",
+        "KeyError: 'no model here'",
+    ]

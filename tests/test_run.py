@@ -546,7 +546,7 @@ def test_a_script_in_a_directory_named_like_graphmends_package_keeps_its_traceba
     script = str(Path(graphmend.__file__).parent.parent / "graphmend_tools" / "train.py")
     code = compile("def fail():\n    raise ValueError('boom')\nfail()\n", script, "exec")
     with pytest.raises(SystemExit):
-        runner._report_uncaught(functools.partial(exec, code, {}))
+        runner.report_uncaught(functools.partial(exec, code, {}))
     assert sys.last_value is not None
     frames = traceback.extract_tb(sys.last_value.__traceback__)
     assert [(frame.filename, frame.name) for frame in frames] == [

@@ -53,7 +53,8 @@ options:
   --compare               run the script again without GraphMend, in a fresh
                           process, and report the breaks removed and the graph
                           counts before and after
-  --json                  print JSON instead of text
+  --json                  print JSON instead of text; what the script prints
+                          goes to stderr
   -p, --packages PATTERN  also claim modules matching PATTERN ('!PATTERN' never)
   -h, --help              show this help and exit
 """

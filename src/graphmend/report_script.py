@@ -14,6 +14,7 @@ run) and ``FUNCTION()`` returns ``(model, args)`` or ``(model, args, kwargs)``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -27,7 +28,7 @@ import torch
 from graphmend.breaks import Observation, observe
 from graphmend.config import Config
 from graphmend.reporting import Report, explain_observation
-from graphmend.runner import ScriptError, run_script
+from graphmend.runner import ScriptError, report_uncaught, run_script
 from graphmend.runtime import fallbacks
 
 #: A call to report: the callable, its arguments, and whether autograd recorded then.
@@ -124,7 +125,9 @@ def _call_of(namespace: dict[str, object], function: str, target: str) -> Call:
     builder = namespace.get(function)
     if not callable(builder):
         raise ScriptError(f"{target}: the script defines no function {function!r}")
-    built = builder()
+    results: list[Any] = []
+    report_uncaught(lambda: results.append(builder()))  # shown as the script's own error
+    (built,) = results
     if not (isinstance(built, tuple) and len(built) in (2, 3) and callable(built[0])):
         raise ScriptError(
             f"{target}: {function}() must return (model, args) or (model, args, kwargs)"
@@ -146,8 +149,15 @@ def observations(calls: list[Call]) -> list[tuple[Observation, list[fallbacks.Fa
     observed = []
     for function, args, kwargs, grad in calls:
         fallbacks.clear()
-        with torch.set_grad_enabled(grad):
-            observed.append((observe(function, *args, **kwargs), fallbacks.records()))
+        try:
+            with torch.set_grad_enabled(grad):
+                observed.append((observe(function, *args, **kwargs), fallbacks.records()))
+        except Exception as error:  # the call fails under TorchDynamo (or at all)
+            first_line = str(error).strip().split("\n", 1)[0]
+            raise ScriptError(
+                f"{_name(function)}: its first call could not be traced "
+                f"({type(error).__name__}: {first_line})"
+            ) from None
     return observed
 
 
@@ -179,14 +189,15 @@ def observe_without_graphmend(target: str, args: list[str], *, output: str) -> i
 def report_script(
     target: str, args: list[str], config: Config, *, compare: bool, as_json: bool
 ) -> int:
-    """Run the script and print a report per compiled call; exit status 0."""
-    calls = script_calls(target, args, config)
-    observed = observations(calls)
-    plain: list[Observation | None] = list(plain_observations(target, args)) if compare else []
-    plain += [None] * (len(observed) - len(plain))
+    """Run the script and print a report per compiled call; exit status 0.  Under
+    ``as_json`` what the script prints goes to stderr: stdout holds only the JSON."""
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        calls = script_calls(target, args, config)
+        observed = observations(calls)
+        plain = list(plain_observations(target, args)) if compare else []
     reports = [
-        explain_observation(observation, recorded, before)
-        for (observation, recorded), before in zip(observed, plain, strict=False)
+        explain_observation(observation, recorded, plain[index] if index < len(plain) else None)
+        for index, (observation, recorded) in enumerate(observed)
     ]
     _print(calls, reports, as_json)
     return 0

@@ -94,7 +94,7 @@ def run_stdin(args: list[str], config: Config) -> None:
     read: list[bytes] = []
     # a closed standard input (python - <&-) is an empty program; an interrupt while
     # reading is reported as the interpreter reports it, without GraphMend's frames
-    _report_uncaught(lambda: read.append(sys.stdin.buffer.read() if sys.stdin else b""))
+    report_uncaught(lambda: read.append(sys.stdin.buffer.read() if sys.stdin else b""))
     program = _Program("__main__", "<stdin>", read[0], False, importlib.machinery.BuiltinImporter)
     _run_source(program, ["-", *args], "", config)
 
@@ -166,7 +166,7 @@ def _run_source(
         )
         exec(code or plain, main.__dict__)
 
-    _report_uncaught(execute)
+    report_uncaught(execute)
     return main.__dict__
 
 
@@ -229,7 +229,7 @@ def _run_as_main(module: str, *, alter_argv: bool) -> None:
     graphmend`` runs in keeps its names, and the module sees only its own)."""
     _fresh_main("__main__")
     run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
-    _report_uncaught(lambda: run_as_main(module, alter_argv=alter_argv))
+    report_uncaught(lambda: run_as_main(module, alter_argv=alter_argv))
 
 
 def _install(config: Config) -> Installation:
@@ -238,7 +238,9 @@ def _install(config: Config) -> Installation:
     return install_config(config)
 
 
-def _report_uncaught(run: Callable[[], object]) -> None:
+def report_uncaught(run: Callable[[], object]) -> None:
+    """``run()``; an exception it raises is shown as the interpreter shows a script's
+    uncaught one (without GraphMend's frames), then ``SystemExit(1)``."""
     try:
         run()
     except SystemExit:
