@@ -554,3 +554,28 @@ def test_a_script_in_a_directory_named_like_graphmends_package_keeps_its_traceba
         (script, "fail"),
     ]
     assert capsys.readouterr().err.startswith("Traceback (most recent call last):")
+
+
+def test_a_script_that_cannot_be_rewritten_is_named_by_its_path(tmp_path):
+    # The warning named the script "__main__" and was attributed to "<frozen runpy>:88",
+    # a frame of python -m, where the user has no line to look at.
+    script = tmp_path / "model_script.py"
+    script.write_text("import torch\nprint('ran', torch.ones(1).item())\n")
+    launcher = f"""
+import runpy, sys
+import graphmend.pipeline
+
+def broken(*args, **kwargs):
+    raise RecursionError("maximum recursion depth exceeded")
+
+graphmend.pipeline.rewrite = broken
+sys.argv = ["graphmend", "run", {str(script)!r}]
+runpy.run_module("graphmend", run_name="__main__", alter_sys=True)
+"""
+    child = run_python("-c", launcher, env={"GRAPHMEND_CACHE": "0"})
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == "ran 1.0\n"
+    assert child.stderr == (
+        f"graphmend could not rewrite {script} (RecursionError: maximum recursion depth "
+        "exceeded); it runs unchanged\n"
+    )

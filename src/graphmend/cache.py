@@ -101,6 +101,7 @@ class CacheInfo:
     directory: Path
     entries: int
     size_bytes: int
+    distrusted: tuple[str, ...] = ()
 
 
 class Access(str, Enum):
@@ -354,15 +355,17 @@ class BytecodeCache:
         yield from (tag_dir for tag_dir in tag_dirs if self._trusted(tag_dir, distrusted))
 
     def info(self) -> CacheInfo:
-        """Where the cache is, how many entries it holds and their total size; OSError
+        """Where the cache is, how many entries it holds and their total size (in the
+        directories it trusts: ``distrusted`` says why others are not counted); OSError
         when a directory of it cannot be listed."""
+        distrusted: list[str] = []
         sizes = [
             path.stat().st_size
-            for tag_dir in self._tag_directories()
+            for tag_dir in self._tag_directories(distrusted)
             for path in _listing(tag_dir, SUFFIX)
             if path.is_file()
         ]
-        return CacheInfo(self.directory, len(sizes), sum(sizes))
+        return CacheInfo(self.directory, len(sizes), sum(sizes), tuple(distrusted))
 
     def clear(self) -> Cleared:
         """Delete every entry (and leftover temporary files); what was removed, and why

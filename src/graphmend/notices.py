@@ -25,8 +25,12 @@ def warn(message: str) -> None:
     It is attributed to the first frame outside GraphMend: the program's ``import``,
     call or ``install()`` that led to it, not a line of GraphMend's own code.
     """
+    level = _first_frame_outside()
+    if level is None:  # GraphMend's command line: no line of the user's to name
+        write_stderr(f"{message}\n")
+        return
     try:
-        warnings.warn(message, GraphMendWarning, stacklevel=_first_frame_outside())
+        warnings.warn(message, GraphMendWarning, stacklevel=level)
     except GraphMendWarning:
         write_stderr(f"{message}\n")
 
@@ -34,16 +38,23 @@ def warn(message: str) -> None:
 _OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def _first_frame_outside() -> int:
+def _first_frame_outside() -> int | None:
     """The ``stacklevel`` that makes a warning issued in :func:`warn` name the first frame
     not in GraphMend's package, counted as :mod:`warnings` counts it (import machinery
-    frames are skipped, not counted)."""
+    frames are skipped, not counted); ``None`` where that frame is ``python -m``'s (runpy)
+    or there is none: GraphMend's command line is the program."""
     frame, level = sys._getframe(1), 1  # warn's frame, which warnings.warn starts from
     while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIRECTORY):
         frame, level = frame.f_back, level + 1
         while frame is not None and _import_machinery(frame):
             frame = frame.f_back
+    if frame is None or frame.f_code.co_filename in _RUNPY_FILES:
+        return None
     return level
+
+
+#: The file names of :mod:`runpy`'s frames, which run ``python -m graphmend``.
+_RUNPY_FILES = ("<frozen runpy>", os.path.join(os.path.dirname(os.__file__), "runpy.py"))
 
 
 def _import_machinery(frame: types.FrameType) -> bool:

@@ -85,9 +85,10 @@ class ModuleRewriter:
             write_stderr(f"graphmend: {module_name}: {outcome.describe()}\n")
         if outcome.status is Status.FELL_BACK and module_name not in self._warned:
             self._warned.add(module_name)
+            script = module_name == "__main__"
             warn(
-                f"graphmend could not rewrite {module_name} ({outcome.reason}); "
-                "it was imported unchanged"
+                f"graphmend could not rewrite {filename if script else module_name} "
+                f"({outcome.reason}); it {'runs' if script else 'was imported'} unchanged"
             )
         if outcome.code is not None and outcome.warns and compile_as_python is not None:
             compile_as_python()
