@@ -268,8 +268,10 @@ def test_a_failing_script_exits_1_with_what_python_prints(project, source):
         (b"print('ran')\n# coding: latin-1\n# caf\xe9\n", 1),  # a declaration after code
         (b"print('ran')\r# caf\xe9\r", 1),  # lines ended by \r
         (b"# caf\xe9\nprint('ran')\n", 1),  # on line 1
+        # a BOM and a latin-1 declaration: python names no line, compile names line 0
+        (b"\xef\xbb\xbf# -*- coding: latin-1 -*-\nprint('ran')\n", 1),
     ],
-    ids=["undeclared", "declared", "declared-after-code", "carriage-returns", "first-line"],
+    ids=["undeclared", "declared", "declared-after-code", "carriage-returns", "first-line", "bom"],
 )
 @pytest.mark.parametrize("how", ["script", "stdin"])
 def test_a_script_not_in_utf8_runs_or_fails_as_with_python(project, source, status, how):

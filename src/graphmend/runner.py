@@ -188,7 +188,14 @@ def _script_code(path: str, data: bytes | str, compiled: bool) -> types.CodeType
         return compile_source(data, path)
     if not compiled:
         check_script_encoding(data, path)
-        return compile_source(data, path)
+        try:
+            return compile_source(data, path)
+        except SyntaxError as error:
+            if error.lineno != 0:
+                raise
+            # an encoding the interpreter's reader refuses (a BOM with a latin-1 coding
+            # comment): it names no file and line 0, as compile does
+            raise SyntaxError(error.msg) from None
     if data[:4] != importlib.util.MAGIC_NUMBER:
         raise RuntimeError("Bad magic number in .pyc file")
     try:
