@@ -58,6 +58,14 @@ def test_install_refuses_a_bad_pattern_with_a_config_error(packages, message):
     assert _finders() == []
 
 
+@pytest.mark.parametrize("cache_dir", ["", "  "])
+def test_install_refuses_an_empty_cache_dir(cache_dir):
+    # It used the working directory (Path("")), where GRAPHMEND_CACHE_DIR="" means the default.
+    with pytest.raises(ConfigError, match=r"cache_dir='\s*' names no directory"):
+        graphmend.install(["mypkg"], cache_dir=cache_dir)
+    assert _finders() == []
+
+
 def test_installation_is_a_context_manager(write_module):
     name = write_module(SOURCE)
     with graphmend.install(name) as installation:

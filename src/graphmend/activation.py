@@ -89,6 +89,10 @@ def install(
             )
         config = config.with_packages(packages)
     if cache_dir is not None:
+        if not str(cache_dir).strip():  # Path("") is the working directory
+            raise ConfigError(
+                f"cache_dir={cache_dir!r} names no directory (leave it out for the default)"
+            )
         try:
             expanded = expand_home(Path(cache_dir))
         except ConfigError as error:
