@@ -327,14 +327,27 @@ def test_a_compiled_module_is_a_module_while_the_script_is_reported(tmp_path: Pa
     assert [type(function).__name__ for function, *_ in calls] == ["Sequential", "ReLU"]
 
 
-@pytest.mark.parametrize("built", ["linear, 5", "linear, (torch.ones(2),), 7"])
-def test_report_command_says_what_a_named_function_returns_wrong(tmp_path, built, capsys) -> None:
+@pytest.mark.parametrize(
+    ("built", "wrong"),
+    [
+        ("linear, 5", "args a tuple or list, not int"),
+        ("linear, (torch.ones(2),), 7", "kwargs a dict, not int"),
+        ("linear, [torch.ones(2)], []", "kwargs a dict, not list"),
+        ("linear, {}, []", "args a tuple or list, not dict and kwargs a dict, not list"),
+        ("linear,", ""),
+    ],
+)
+def test_report_command_says_what_a_named_function_returns_wrong(
+    tmp_path, built, wrong, capsys
+) -> None:
     path = tmp_path / "builds.py"
     path.write_text(
         f"import torch\n\ndef build():\n    linear = torch.nn.Linear(2, 2)\n    return {built}\n"
     )
     assert cli_main(["report", f"{path}:build"]) == 2
-    assert "build() must return (model, args) or (model, args, kwargs)" in capsys.readouterr().err
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"graphmend: {path}:build: build() must return (model, args) or")
+    assert line.endswith(f"(model, args, kwargs), {wrong}" if wrong else "(model, args, kwargs)")
 
 
 def test_report_command_says_in_one_line_that_a_call_cannot_be_traced(tmp_path, capsys) -> None:

@@ -134,11 +134,18 @@ def _call_of(namespace: dict[str, object], function: str, target: str) -> Call:
         )
     model, call_args, *rest = built
     kwargs = rest[0] if rest else {}
-    if not isinstance(call_args, (tuple, list)) or not isinstance(kwargs, dict):
+    wrong = [
+        f"{name} a {kind}, not {type(value).__name__}"
+        for name, value, kind, accepted in (
+            ("args", call_args, "tuple or list", (tuple, list)),
+            ("kwargs", kwargs, "dict", dict),
+        )
+        if not isinstance(value, accepted)
+    ]
+    if wrong:
         raise ScriptError(
             f"{target}: {function}() must return (model, args) or (model, args, kwargs), "
-            f"args a tuple or list and kwargs a dict, not {type(call_args).__name__} "
-            f"and {type(kwargs).__name__}"
+            + " and ".join(wrong)
         )
     return model, tuple(call_args), kwargs, torch.is_grad_enabled()
 
