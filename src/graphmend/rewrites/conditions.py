@@ -29,6 +29,7 @@ from graphmend.analysis.scopes import ModuleScopes, Resolution
 from graphmend.analysis.speculation import speculation_problem
 from graphmend.rewrites.common import (
     Decline,
+    ModuleContext,
     load,
     make_function,
     runtime_call,
@@ -126,17 +127,16 @@ class ConditionTranslator:
 
     def __init__(
         self,
-        scopes: ModuleScopes,
+        module: ModuleContext,
         functions: Sequence[ast.AST],
-        fresh_name: Callable[[str], str],
         rewrite: str,
         bound: frozenset[str],
     ) -> None:
         """``rewrite``: the rewrite the condition is a site of, for what an attempt records;
         ``bound``: the names of the function certainly bound where the condition stands."""
-        self.scopes = scopes
+        self.module = module
+        self.scopes = module.scopes
         self.functions = functions
-        self.fresh_name = fresh_name
         self.rewrite = rewrite
         self.bound = bound
         self.prelude: list[ast.stmt] = []
@@ -144,7 +144,7 @@ class ConditionTranslator:
 
     def _local(self, role: str) -> str:
         """A new injected name for a local the translation binds."""
-        name = self.fresh_name(role)
+        name = self.module.fresh_name(role)
         self._locals.add(name)
         return name
 
@@ -266,7 +266,22 @@ class ConditionTranslator:
         )
         if any(name in own and name not in self.bound for name in parameters):
             return None
-        function = make_function(self.fresh_name("right"), parameters, body, [])
+        # TorchDynamo binds the arguments with inspect.signature, which refuses a parameter
+        # named as the translation's own locals are (_@gm_...): such a one gets a valid name.
+        renamed = {
+            name: self.module.fresh_identifier("operand")
+            for name in parameters
+            if not name.isidentifier()
+        }
+        for node in (node for statement in body for node in ast.walk(statement)):
+            if isinstance(node, ast.Name) and node.id in renamed:
+                node.id = renamed[node.id]
+        function = make_function(
+            self.module.fresh_name("right"),
+            [renamed.get(name, name) for name in parameters],
+            body,
+            [],
+        )
         attempt = runtime_call(
             "speculated",
             ast.Constant(self.rewrite),

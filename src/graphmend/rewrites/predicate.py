@@ -213,9 +213,7 @@ class PredicateRewrite(FunctionStatementRewriter):
     ) -> tuple[list[ast.stmt], ast.expr]:
         """Statements to run first, and the condition for tracing (``bound``: the names
         certainly bound where it stands)."""
-        translator = ConditionTranslator(
-            self.module.scopes, self.enclosing.functions, self.module.fresh_name, self.name, bound
-        )
+        translator = ConditionTranslator(self.module, self.enclosing.functions, self.name, bound)
         return translator.translate(condition)
 
     def original_choice(self, test: ast.expr, condition_name: str, search: str) -> ast.expr:

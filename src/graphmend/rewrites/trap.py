@@ -247,7 +247,7 @@ class TrapRewrite(FunctionStatementRewriter):
         bound = self.bound_at(guard.site)
         message = _Message(scopes, functions, bound, self.enclosing.class_name)
         message_parts = message.parts(guard.message)
-        translator = ConditionTranslator(scopes, functions, self.module.fresh_name, "trap", bound)
+        translator = ConditionTranslator(self.module, functions, "trap", bound)
         prelude, condition = translator.translate(guard.condition)
         again = test_to_evaluate_again(guard.condition, scopes, functions)
         return prelude, condition, message_parts, message.formats_names, again
