@@ -188,7 +188,9 @@ class ConditionTranslator:
         The conditions are read for their truth only, and where ``a``'s truth was read in
         Python (a jump on a tensor ``a``: a graph break, as the original's), ``r`` holds
         it: a second read, the test of ``r``, would break the graph again (or call an
-        object's ``__bool__`` twice).
+        object's ``__bool__`` twice).  Where ``b`` was to be combined on the device but
+        could not be traced ahead of time, both are read by jumps as written
+        (:func:`_as_written`).
         """
         is_and = isinstance(node.op, ast.And)
         result = self._local("bool")
@@ -225,7 +227,7 @@ class ConditionTranslator:
         taken = ast.If(
             test=ast.Compare(left=load(value), ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
             body=[ast.Assign(targets=[store(result)], value=combined)],
-            orelse=[copy.deepcopy(python_path)],
+            orelse=[_as_written(node.op, result, rest_value) if not rest_prelude else python_path],
         )
         self.prelude.append(
             ast.If(
@@ -359,3 +361,18 @@ class ConditionTranslator:
         else:
             value, conversion = call.args[0], call.func.id  # type: ignore[attr-defined]
         return runtime_call("host_value", copy.deepcopy(value), ast.Constant(conversion))
+
+
+def _as_written(op: ast.boolop, left: str, right: ast.expr) -> ast.If:
+    """``if <left> and <right>: r = True else: r = False`` (``or`` alike): the truth of a
+    one-element tensor ``left`` and of ``right`` read by jumps, as the original reads
+    them.  Where the right side could not be traced ahead of time, both sides' true (or
+    false) jumps then lead to the same statement, as the original's lead to its branch:
+    TorchDynamo resumes there after either, with one function (``r = <right>`` for the
+    second, then the site's test of ``r``, resumed at the branch, made one graph more
+    than plain compile, found by helper hgen3)."""
+    return ast.If(
+        test=ast.BoolOp(op=copy.deepcopy(op), values=[load(left), copy.deepcopy(right)]),
+        body=[ast.Assign(targets=[store(left)], value=ast.Constant(True))],
+        orelse=[ast.Assign(targets=[store(left)], value=ast.Constant(False))],
+    )
