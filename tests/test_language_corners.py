@@ -517,6 +517,54 @@ def test_a_right_side_not_traced_ahead_jumps_where_the_original_jumps(load_both,
     )
 
 
+HOST_READ_THEN_PROPERTY = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(4))
+
+    @property
+    def factor(self):
+        return 2.0 if self.buf.sum() > 0 else 1.0
+
+    def forward(self, x):
+        h = x
+        if h.sum().item() > 1.0:
+            h = h * 4.0
+        else:
+            h = h * self.factor
+        return h.sum()
+"""
+
+
+def test_a_kept_branch_on_a_host_read_resumes_as_the_original_does(load_both):
+    """The site is declined (the property's own ``if`` cannot be traced), and its choice
+    is made on the host: read as the truth of the device condition, the frame resumed
+    with a bool, and torch 2.13 gave that resumed frame up at the property's break,
+    which plain compile, resumed with the float ``.item()`` read, compiles (3 graphs and
+    a frame run in Python against 5 and none; found by helper hgen3)."""
+    from torch._dynamo.utils import counters
+
+    plain, rewritten = load_both(HOST_READ_THEN_PROPERTY)
+    rows = ([1.0, 0.25, 0.5, -1.0], [-1.0, 0.0, 0.25, 0.0], [4.0, 0.25, -1.0, 1.0])
+    seen = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        counters.clear()
+        counter = CompileCounter()
+        compiled = torch.compile(module.Model(), backend=counter)
+        with torch.no_grad():
+            outputs = [compiled(torch.tensor([row, row])) for row in rows]
+        given_up = counters["frames"]["total"] - counters["frames"]["ok"]
+        seen.append((counter.frame_count, given_up, outputs))
+    (plain_graphs, plain_given_up, expected), (graphs, given_up, outputs) = seen
+    assert all(map(torch.equal, outputs, expected))
+    assert given_up <= plain_given_up and graphs <= plain_graphs
+
+
 CHAINED = """
 import torch
 
