@@ -208,3 +208,83 @@ def test_a_branch_changing_an_object_the_frame_changed_before_acts_as_plain(load
             results = [compiled(torch.full((3,), -1.0)) for _ in range(2)]
         observed.append((results, list(module.LOG)))
     assert same(observed[1], observed[0])
+
+
+GRAD_MODE = """
+import torch
+from torch import nn
+
+
+class Switch:
+    def on(self, t):
+        torch.set_grad_enabled(True)
+        return t * 2
+
+
+class Merged(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.switch = Switch()
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = self.switch.on(x)
+        else:
+            y = x * 3
+        return y * (3.0 if torch.is_grad_enabled() else 5.0)
+
+
+class Continued(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            y = None
+        else:
+            y = x * 2
+        if y is None:
+            torch.set_grad_enabled(True)
+            return x * 2
+        return y * (3.0 if torch.is_grad_enabled() else 5.0)
+
+
+class SetBack(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            y = None
+        else:
+            y = x * 2
+        if y is None:
+            with torch.no_grad():
+                z = x * 2
+            return z
+        return y * 3
+"""
+
+
+def _grad_modes(module, name: str, backend: str) -> list:
+    """Each call's result and whether autograd records after it, from autograd off."""
+    torch._dynamo.reset()
+    compiled = torch.compile(getattr(module, name)(), backend=backend)
+    seen = []
+    try:
+        for value in (-1.0, 1.0, -1.0):
+            torch.set_grad_enabled(False)
+            seen.append((compiled(torch.full((3,), value)), torch.is_grad_enabled()))
+    finally:
+        torch.set_grad_enabled(True)
+    return seen
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", ["Merged", "Continued", "SetBack"])
+def test_a_branch_setting_the_grad_mode_sets_it_only_where_taken(load_both, name, backend):
+    """TorchDynamo applies ``set_grad_enabled`` while it traces: the other branch of a
+    continuation's ``torch.cond`` was traced, and the rest of the frame compiled, in the
+    mode the first left (-6 where the original gives -10, and autograd left on after
+    calls that never turned it on; found by helper hcond).  A branch that sets the mode
+    back (``with torch.no_grad():``) leaves it as it found it."""
+    plain, rewritten = load_both(GRAD_MODE)
+    expected = _grad_modes(plain, name, backend)
+    observed = _grad_modes(rewritten, name, backend)
+    assert len(observed) == len(expected)
+    for (got, got_mode), (want, want_mode) in zip(observed, expected, strict=True):
+        assert torch.equal(got, want) and got_mode == want_mode

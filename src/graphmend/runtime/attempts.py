@@ -36,7 +36,7 @@ import sympy
 import torch
 
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.branch_effects import acting_operation, asserts
+from graphmend.runtime.branch_effects import acting_operation, asserts, leaves_grad_mode
 from graphmend.runtime.cond_layout import tensor_versions
 from graphmend.runtime.fallbacks import ON_DECLINE, record_at
 from graphmend.runtime.marked_sizes import pinned_marked_size
@@ -68,6 +68,7 @@ class Attempt:
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
         self.on_break = len(getattr(tracer.output, _ON_BREAK, ()))
         self.on_error = len(getattr(tracer.output, _ON_ERROR, ()))
+        self.grad_enabled = torch.is_grad_enabled()  # as TorchDynamo traces it
 
     def _installed(self) -> tuple[int, int, int]:
         """How many guards and size guards TorchDynamo holds, and how many graph inputs."""
@@ -111,6 +112,22 @@ class Attempt:
             return None
         first = sorted(changed_sources(self.tracer.output) - self.changed)
         return first[0] if first else "an object the frame changed before"
+
+    def changed_grad_mode(self) -> bool:
+        """Whether the attempt left autograd's grad mode otherwise than it found it, in the
+        nodes it added or in a branch of a ``torch.cond`` it added (each branch is traced
+        in the mode the one before left, :func:`branch_effects.leaves_grad_mode`).
+        TorchDynamo applied the change while tracing: :meth:`undo` cannot take it back."""
+        if torch.is_grad_enabled() != self.grad_enabled:
+            return True
+        added = self.added()
+        branches = [
+            self.tracer.output.nn_modules[branch.target].graph.nodes
+            for cond in added
+            if cond.target is torch.ops.higher_order.cond
+            for branch in cond.args[1:3]
+        ]
+        return any(leaves_grad_mode(nodes, self.grad_enabled) for nodes in [added, *branches])
 
     def deferred_output(self) -> bool:
         """Whether the attempt deferred an output call to after the graph."""
@@ -328,7 +345,7 @@ class Site:
         (:meth:`keep_break_if_guarded`), else undo it; ``reason`` is recorded for
         ``rewrite`` at the user's line ``tracer`` (a site's runtime function) stands at,
         and the original code runs."""
-        if attempt.changed_object() is not None:
+        if attempt.changed_object() is not None or attempt.changed_grad_mode():
             self.keep_break(reason)
         self.keep_break_if_guarded(attempt, reason)
         attempt.undo()
@@ -661,6 +678,8 @@ def _why_branch_acts(attempt: Attempt, versions: dict[Any, int]) -> str | None:
         return f"a branch {acting}"
     if attempt.deferred_output():
         return "a branch makes an output call, which would run untaken"
+    if attempt.changed_grad_mode():
+        return "a branch changes autograd's grad mode (set_grad_enabled), which would hold untaken"
     changed = attempt.changed_object()
     if changed is not None:
         return f"a branch changes {changed}, which would change untaken"

@@ -47,6 +47,19 @@ def acting_operation(nodes: Iterable[Any]) -> str | None:
     return None
 
 
+def leaves_grad_mode(nodes: Iterable[Any], before: bool) -> bool:
+    """Whether ``nodes`` (a branch's trace, begun with autograd recording ``before``)
+    leave autograd's grad mode otherwise (``torch.set_grad_enabled(True)`` not set back).
+    TorchDynamo applies such a change while it traces, so the other branch would be
+    traced, and the rest of the frame compiled, in the mode the branch left, whichever
+    branch runs; a ``with torch.no_grad():`` block sets it back, and is harmless."""
+    state = before
+    for node in nodes:
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            state = bool(node.args[0])
+    return state != before
+
+
 def asserts(nodes: Iterable[Any]) -> Iterator[Any]:
     """The nodes among ``nodes`` that assert on tensor data."""
     return (node for node in nodes if is_assert(node))

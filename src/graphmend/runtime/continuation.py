@@ -180,6 +180,9 @@ def _capture(tracer: Any, predicate: Any, then_branch: Any, else_branch: Any) ->
     if outer.changed is not None:
         site.abandon(tracer, "continuation", attempt, _changed_outside(outer.changed))
         return None
+    if attempt.changed_grad_mode():
+        site.abandon(tracer, "continuation", attempt, _GRAD_MODE)
+        return None
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
     conds = attempt.added(torch.ops.higher_order.cond)
@@ -237,6 +240,10 @@ _UPDATES_AN_OPERAND = (
     "method), which torch 2.5's torch.cond lets through and AOTAutograd then loses"
 )
 
+_GRAD_MODE = (
+    "a branch leaves autograd's grad mode changed (set_grad_enabled): TorchDynamo traces "
+    "the other branch, and compiles what follows, in the mode it left"
+)
 _SHARED = (
     "two of its results share memory (one tensor twice, or a view of another): "
     "torch.cond returns a copy of each"
