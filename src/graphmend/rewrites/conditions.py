@@ -80,22 +80,15 @@ def choice_on_host(
     test: ast.expr, condition: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
 ) -> ast.expr:
     """``condition``, the evaluated ``test``, as the original choice reads it where it is
-    made on the host after all.  Where ``test`` reads a host value (``.item()``,
-    ``float(t)``), the graph must break at a read, as the original's does, not at a jump
-    on the tensor that stood for it: a pure ``test`` is evaluated again as written, so
-    that the frame resumes with the value the original's resumes with (resumed with the
-    truth instead, torch 2.13 gave up the resumed frame at a break in a property it
-    called, which plain compile handles; found by helper hgen3); another is read with
-    ``host_truth(condition)``."""
+    made on the host after all: ``host_truth(condition)`` if ``test`` reads a host value
+    (``.item()``, ``float(t)``), so that the graph breaks at a read, as the original's
+    does, not at a jump on the tensor that stood for it.  (The test itself is not
+    evaluated again: a property it reads would run twice.)"""
     reads = (
         isinstance(node, ast.Call) and is_host_conversion(node, scopes, functions)
         for node in ast.walk(test)
     )
-    if not any(reads):
-        return condition
-    if speculation_problem(test, scopes, functions) is None:
-        return copy.deepcopy(test)
-    return runtime_call("host_truth", condition)
+    return runtime_call("host_truth", condition) if any(reads) else condition
 
 
 def jumps_moved_to_device(
