@@ -11,7 +11,7 @@ import pytest
 import graphmend
 from graphmend import post_import
 from graphmend.notices import GraphMendWarning, warn
-from helpers.processes import run_python
+from helpers.processes import python_path, run_python
 
 
 def test_a_warning_made_an_error_is_written_to_stderr(capsys):
@@ -79,3 +79,29 @@ def test_a_warning_names_the_program_line_that_led_to_it(write_module, tmp_path,
         line = _line_below()
         __import__(claimed)  # through importlib's bootstrap, whose frames warnings skips
     assert (caught[0].filename, caught[0].lineno) == (__file__, line)
+
+
+def test_a_warning_under_python_dash_m_of_the_users_own_obeys_the_filters(tmp_path):
+    # Attributed to runpy (python -m imports the package), it was taken for GraphMend's
+    # command line and written to stderr, where -W ignore::GraphMendWarning cannot reach.
+    package = tmp_path / "gm_dash_m_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("import torch\nX = 1\n")
+    (package / "mod.py").write_text("print('ran')\n")
+    launcher = """
+import runpy, sys, warnings
+import graphmend, graphmend.pipeline
+
+def broken(*args, **kwargs):
+    raise RecursionError("maximum recursion depth exceeded")
+
+graphmend.pipeline.rewrite = broken
+graphmend.install(["gm_dash_m_pkg"])
+warnings.simplefilter(sys.argv[1], graphmend.GraphMendWarning)
+runpy.run_module("gm_dash_m_pkg.mod", run_name="__main__", alter_sys=True)
+"""
+    environment = {"GRAPHMEND_CACHE": "0", "PYTHONPATH": f"{tmp_path}:{python_path()}"}
+    quiet = run_python("-c", launcher, "ignore", env=environment, cwd=tmp_path)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "ran\n", "")
+    shown = run_python("-c", launcher, "default", env=environment, cwd=tmp_path)
+    assert "GraphMendWarning: graphmend could not rewrite gm_dash_m_pkg" in shown.stderr

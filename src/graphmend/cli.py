@@ -13,6 +13,7 @@ from graphmend.cache import SHARED, Access, BytecodeCache
 from graphmend.config import Config, ConfigError
 from graphmend.discovery import DiscoveryError, discover
 from graphmend.import_closure import imported_modules
+from graphmend.notices import command_line
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter, Status
 from graphmend.runner import ScriptError, run_command, run_module, run_path
@@ -69,11 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     prog = program_name()
     try:
-        if arguments and arguments[0] == "run":
-            return _run(arguments[1:], prog)
-        if arguments and arguments[0] == "report":
-            return _report(arguments[1:], prog)
-        return _quiet_when_the_reader_leaves(lambda: _dispatch(_parser(prog).parse_args(arguments)))
+        with command_line(sys.argv[0]):
+            if arguments and arguments[0] == "run":
+                return _run(arguments[1:], prog)
+            if arguments and arguments[0] == "report":
+                return _report(arguments[1:], prog)
+            return _quiet_when_the_reader_leaves(
+                lambda: _dispatch(_parser(prog).parse_args(arguments))
+            )
     except (UsageError, ConfigError, PatternError, DiscoveryError) as error:
         print(f"graphmend: error: {error}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ import os
 import sys
 import types
 import warnings
+from collections.abc import Iterator
 
 
 class GraphMendWarning(UserWarning):
@@ -26,7 +27,7 @@ def warn(message: str) -> None:
     call or ``install()`` that led to it, not a line of GraphMend's own code.
     """
     level = _first_frame_outside()
-    if level is None:  # GraphMend's command line: no line of the user's to name
+    if level is None:  # GraphMend's command line, with no line of the user's to name
         write_stderr(f"{message}\n")
         return
     try:
@@ -38,17 +39,36 @@ def warn(message: str) -> None:
 _OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+#: While GraphMend's command line runs (:func:`command_line`), the files of the frames
+#: that started it: ``python -m``'s runpy, or the ``graphmend`` console script.
+_launchers: frozenset[str] = frozenset()
+
+
+@contextlib.contextmanager
+def command_line(launcher: str) -> Iterator[None]:
+    """While GraphMend's command line runs from ``launcher`` (its ``sys.argv[0]``): a
+    warning with no frame of the user's above it, only the launcher's, is written as its
+    message, not attributed to a line of runpy or of the console script."""
+    global _launchers
+    saved = _launchers
+    _launchers = frozenset({*_RUNPY_FILES, os.path.abspath(launcher)})
+    try:
+        yield
+    finally:
+        _launchers = saved
+
+
 def _first_frame_outside() -> int | None:
     """The ``stacklevel`` that makes a warning issued in :func:`warn` name the first frame
     not in GraphMend's package, counted as :mod:`warnings` counts it (import machinery
-    frames are skipped, not counted); ``None`` where that frame is ``python -m``'s (runpy)
-    or there is none: GraphMend's command line is the program."""
+    frames are skipped, not counted); ``None`` where GraphMend's command line runs and
+    that frame is its launcher's, or there is none."""
     frame, level = sys._getframe(1), 1  # warn's frame, which warnings.warn starts from
     while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIRECTORY):
         frame, level = frame.f_back, level + 1
         while frame is not None and _import_machinery(frame):
             frame = frame.f_back
-    if frame is None or frame.f_code.co_filename in _RUNPY_FILES:
+    if _launchers and (frame is None or frame.f_code.co_filename in _launchers):
         return None
     return level
 
