@@ -48,6 +48,7 @@ def test_install_of_no_pattern_is_refused_as_the_environment_refuses_it(packages
         (["a..b"], r"packages=\['a..b'\]: invalid module pattern"),
         ([None], r"packages=\[None\]: module patterns are strings"),
         (b"mypkg", r"packages=b'mypkg': module patterns are strings"),
+        (5, r"packages=5: module patterns are strings"),
     ],
 )
 def test_install_refuses_a_bad_pattern_with_a_config_error(packages, message):

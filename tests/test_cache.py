@@ -6,13 +6,11 @@ Attacks by another user (which need root) are in ``test_cache_security.py``.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import marshal
 import os
 import shutil
 import stat
-import struct
 import subprocess
 import sys
 import textwrap
@@ -23,6 +21,7 @@ import pytest
 
 import graphmend
 from graphmend import GraphMendWarning
+from graphmend import cache as cache_module
 from graphmend.cache import Access, BytecodeCache, graphmend_fingerprint
 from graphmend.cli import main as cli_main
 from graphmend.config import Config
@@ -715,11 +714,19 @@ def test_an_entry_whose_metadata_is_not_graphmends_is_rebuilt(cache_dir, module_
     assert cache.store("cached_module", key, code, {})
     (entry,) = _entries(cache_dir)
     data = entry.read_bytes()
-    header = struct.Struct("<4s32s16sI")
-    magic, stored_key, _, meta_length = header.unpack_from(data)
-    payload = json.dumps(meta).encode() + data[header.size + meta_length :]
-    checksum = hashlib.blake2b(payload, digest_size=16).digest()
-    entry.write_bytes(header.pack(magic, stored_key, checksum, len(json.dumps(meta))) + payload)
+    magic, stored_key, _, meta_length = cache_module._HEADER.unpack_from(data)
+    code_bytes = data[cache_module._HEADER.size + meta_length :]
+
+    def rewrite_entry(metadata: object) -> None:
+        payload = json.dumps(metadata).encode() + code_bytes
+        header = cache_module._HEADER.pack(
+            magic, stored_key, cache_module._checksum(payload), len(json.dumps(metadata))
+        )
+        entry.write_bytes(header + payload)
+
+    rewrite_entry({"summary": {"defer": {"rewritten": 1}}, "warns": False})  # as store writes
+    assert cache.load("cached_module", key) is not None
+    rewrite_entry(meta)
     assert cache.load("cached_module", key) is None
     assert _build(cache_dir, module_file).status is Status.REWRITTEN
 
@@ -757,6 +764,21 @@ def test_cli_info_on_a_cache_others_can_write_counts_nothing_and_says_so(
         assert err == "" and not [w for w in recwarn if w.category is GraphMendWarning]
     finally:
         cache_dir.chmod(0o700)
+
+
+@posix_modes
+def test_cli_info_counts_this_interpreters_entries_beside_another_it_does_not_trust(
+    cache_dir, module_file, capsys
+):
+    # The distrusted directory of another interpreter made info count nothing, exit 1.
+    assert _build(cache_dir, module_file).code is not None
+    other = cache_dir / "cpython-39"
+    other.mkdir(mode=0o700)
+    other.chmod(0o777)
+    assert cli_main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "access:    read-write" in out and "entries:   1" in out
+    assert f"not counted: {other} (" in out and "others can write it" in out
 
 
 @pytest.mark.parametrize(

@@ -181,6 +181,8 @@ def test_fallbacks_are_logged_with_pid_and_rank(tmp_path: Path) -> None:
 
 
 SCRIPT = """
+import os
+
 import torch
 import subject
 
@@ -193,6 +195,7 @@ def build():
 if __name__ == "__main__":
     model = torch.compile(subject.Model(), fullgraph=True)
     print("result", model(torch.ones(2, 4))[1].shape)
+    os.write(1, b"written to descriptor 1\\n")
 """
 
 SUBJECT = """
@@ -234,6 +237,7 @@ def test_report_command_runs_the_script_and_compares_without_graphmend(script: P
     assert child.returncode == 0, child.stderr
     # the script ran, eagerly; what it printed goes to stderr: stdout is only the JSON
     assert "result torch.Size([1, 4])" in child.stderr
+    assert "written to descriptor 1" in child.stderr  # os.write(1, ...), as a child writes
     (model,) = json.loads(child.stdout)
     assert model["model"] == "Model"
     assert model["without_graphmend"]["graphs"] > model["graphs"]

@@ -80,6 +80,8 @@ def install(
     config = Config.from_env()
     if packages is not None:
         given = packages
+        if not isinstance(packages, Iterable) or isinstance(packages, bytes):
+            raise ConfigError(f"packages={given!r}: module patterns are strings")
         packages = [packages] if isinstance(packages, str) else list(packages)
         if not all(isinstance(pattern, str) for pattern in packages):
             raise ConfigError(f"packages={given!r}: module patterns are strings")
@@ -89,7 +91,7 @@ def install(
             )
         config = config.with_packages(packages)
     if cache_dir is not None:
-        if not str(cache_dir).strip():  # Path("") is the working directory
+        if isinstance(cache_dir, str) and not cache_dir.strip():  # a Path("") is "."
             raise ConfigError(
                 f"cache_dir={cache_dir!r} names no directory (leave it out for the default)"
             )

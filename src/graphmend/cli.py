@@ -315,7 +315,7 @@ def _run_config(extra: list[str]) -> Config:
 
 def _cache_info(config: Config) -> int:
     """Print where the cache is and what it holds; 1 when that cannot be read, or is
-    not trusted (what ``access`` says)."""
+    not used (what ``access`` says)."""
     cache = BytecodeCache(config.cache_dir)
     check = cache.check()
     state = "on" if config.cache_enabled else "off (GRAPHMEND_CACHE=0)"
@@ -327,11 +327,13 @@ def _cache_info(config: Config) -> int:
     except OSError as error:
         print(f"entries:   unknown ({error.filename} cannot be listed: {error.strerror})")
         return 1
-    if info.distrusted:
+    if check.access is Access.UNUSABLE:
         print("entries:   not counted (the cache is not used: see access)")
         return 1
     print(f"entries:   {info.entries}")
     print(f"size:      {_human_size(info.size_bytes)}")
+    for problem in info.distrusted:  # another interpreter's directory
+        print(f"not counted: {problem}")
     return 0
 
 

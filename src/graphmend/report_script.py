@@ -15,12 +15,13 @@ run) and ``FUNCTION()`` returns ``(model, args)`` or ``(model, args, kwargs)``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -125,9 +126,7 @@ def _call_of(namespace: dict[str, object], function: str, target: str) -> Call:
     builder = namespace.get(function)
     if not callable(builder):
         raise ScriptError(f"{target}: the script defines no function {function!r}")
-    results: list[Any] = []
-    report_uncaught(lambda: results.append(builder()))  # shown as the script's own error
-    (built,) = results
+    built = report_uncaught(builder)  # an error is shown as the script's own
     if not (isinstance(built, tuple) and len(built) in (2, 3) and callable(built[0])):
         raise ScriptError(
             f"{target}: {function}() must return (model, args) or (model, args, kwargs)"
@@ -198,16 +197,40 @@ def report_script(
 ) -> int:
     """Run the script and print a report per compiled call; exit status 0.  Under
     ``as_json`` what the script prints goes to stderr: stdout holds only the JSON."""
-    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+    with _stdout_to_stderr() if as_json else contextlib.nullcontext():
         calls = script_calls(target, args, config)
         observed = observations(calls)
         plain = list(plain_observations(target, args)) if compare else []
+    paired = itertools.zip_longest(observed, plain[: len(observed)])
     reports = [
-        explain_observation(observation, recorded, plain[index] if index < len(plain) else None)
-        for index, (observation, recorded) in enumerate(observed)
+        explain_observation(observation, recorded, before)
+        for (observation, recorded), before in paired
     ]
     _print(calls, reports, as_json)
     return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Standard output sent to standard error: ``sys.stdout``, and file descriptor 1
+    where it has one (what a child process, ``os.write(1, ...)`` or C code writes)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        out, err = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream of Python's own (a test's)
+        out = err = None
+    saved = os.dup(out) if out is not None else None
+    try:
+        if out is not None:
+            os.dup2(err, out)  # type: ignore[arg-type]
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, out)  # type: ignore[arg-type]
+            os.close(saved)
 
 
 def _print(calls: list[Call], reports: list[Report], as_json: bool) -> None:

@@ -25,6 +25,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import graphmend
 from graphmend.activation import Installation, install_config
@@ -32,6 +33,8 @@ from graphmend.compiling import CODING_COMMENT, check_script_encoding, compile_s
 from graphmend.config import Config
 from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
+
+T = TypeVar("T")
 
 #: GraphMend's package directory (with its separator: ``graphmend_tools/`` beside it is
 #: none of it) and runpy: the frames dropped from the top of an uncaught error's traceback.
@@ -91,11 +94,10 @@ def run_script(
 def run_stdin(args: list[str], config: Config) -> None:
     """Execute what ``python -`` executes: the program read from standard input, named
     ``<stdin>``, with the current directory first on ``sys.path``."""
-    read: list[bytes] = []
     # a closed standard input (python - <&-) is an empty program; an interrupt while
     # reading is reported as the interpreter reports it, without GraphMend's frames
-    report_uncaught(lambda: read.append(sys.stdin.buffer.read() if sys.stdin else b""))
-    program = _Program("__main__", "<stdin>", read[0], False, importlib.machinery.BuiltinImporter)
+    source = report_uncaught(lambda: sys.stdin.buffer.read() if sys.stdin else b"")
+    program = _Program("__main__", "<stdin>", source, False, importlib.machinery.BuiltinImporter)
     _run_source(program, ["-", *args], "", config)
 
 
@@ -245,11 +247,11 @@ def _install(config: Config) -> Installation:
     return install_config(config)
 
 
-def report_uncaught(run: Callable[[], object]) -> None:
+def report_uncaught(run: Callable[[], T]) -> T:
     """``run()``; an exception it raises is shown as the interpreter shows a script's
     uncaught one (without GraphMend's frames), then ``SystemExit(1)``."""
     try:
-        run()
+        result = run()
     except SystemExit:
         raise
     except KeyboardInterrupt as error:
@@ -260,7 +262,7 @@ def report_uncaught(run: Callable[[], object]) -> None:
     except BaseException as error:
         uncaught = error
     else:
-        return
+        return result
     # Reported as the interpreter would, with no exception being handled (the hook sees
     # none in sys.exc_info()), and without GraphMend's own frames on top.
     _drop_own_frames(uncaught)
