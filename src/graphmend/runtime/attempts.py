@@ -113,14 +113,15 @@ class Attempt:
         first = sorted(changed_sources(self.tracer.output) - self.changed)
         return first[0] if first else "an object the frame changed before"
 
-    def changed_grad_mode(self) -> bool:
+    def changed_grad_mode(self, added: list[Any] | None = None) -> bool:
         """Whether the attempt left autograd's grad mode otherwise than it found it, in the
-        nodes it added or in a branch of a ``torch.cond`` it added (each branch is traced
-        in the mode the one before left, :func:`branch_effects.leaves_grad_mode`).
-        TorchDynamo applied the change while tracing: :meth:`undo` cannot take it back."""
+        nodes it added (``added``, where the caller has them) or in a branch of a
+        ``torch.cond`` it added (each branch is traced in the mode the one before left,
+        :func:`branch_effects.leaves_grad_mode`).  TorchDynamo applied the change while
+        tracing: :meth:`undo` cannot take it back."""
         if torch.is_grad_enabled() != self.grad_enabled:
             return True
-        added = self.added()
+        added = self.added() if added is None else added
         branches = [
             self.tracer.output.nn_modules[branch.target].graph.nodes
             for cond in added
@@ -678,7 +679,7 @@ def _why_branch_acts(attempt: Attempt, versions: dict[Any, int]) -> str | None:
         return f"a branch {acting}"
     if attempt.deferred_output():
         return "a branch makes an output call, which would run untaken"
-    if attempt.changed_grad_mode():
+    if attempt.changed_grad_mode(added):
         return "a branch changes autograd's grad mode (set_grad_enabled), which would hold untaken"
     changed = attempt.changed_object()
     if changed is not None:
