@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
+from torch._dynamo.utils import counters
 
 from graphmend import GraphMendWarning
 from graphmend.findings import Decision
@@ -1157,13 +1158,47 @@ def test_state_a_handler_changes_is_read_after_the_call(load_both):
     assert counts[1] == counts[0] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a call that keeps its break reaches TorchDynamo as the generated function with "
-    "a value it refuses to carry: under fullgraph=True the compile fails, as plainly, but "
-    "with TorchDynamo's message about reordering, not the original call's",
-)
+def test_a_kept_call_breaks_where_the_original_does(load_both, capsys):
+    # "%.2f" % a tensor reads it on the host inside a `%`, an instruction TorchDynamo
+    # cannot resume after: plain compile runs the rest of that frame in Python.  The
+    # call cannot be deferred (a host read of the format); made through the generated
+    # function, it broke at a call TorchDynamo resumes after, and the code before the
+    # print compiled as a graph of its own: 3 graphs against 2 (found by a generated
+    # program)
+    plain, mended = load_both("""
+        import torch
+
+        def f(x, n):
+            h = x * 1.0
+            if h.sum() > 1.5:
+                h = h * 3
+            else:
+                print("%.2f" % h.mean())
+                w = 0
+                while w < n:
+                    w += 1
+                    h = h + (1.0 if h.mean() < 4.0 else 0.0)
+            return h
+        """)
+    rows = [[2.0, 1.0, 0.0, -3.0], [1.0, -1.0, -3.0, -1.0], [2.0, 0.25, 4.0, 0.25]]
+    observed = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counters.clear()
+        counter = CompileCounter()
+        compiled = torch.compile(module.f, backend=counter)
+        results = [compiled(torch.tensor(row), 1) for row in rows]
+        frames = counters["frames"]
+        given_up = frames["total"] - frames["ok"]
+        observed.append((counter.frame_count, given_up, capsys.readouterr().out, results))
+    (graphs, given_up, printed, results), expected = observed[1], observed[0]
+    assert (graphs, given_up, printed) == expected[:3]
+    assert all(torch.equal(a, b) for a, b in zip(results, expected[3], strict=True))
+
+
 def test_a_kept_call_fails_fullgraph_with_the_original_message(load_both):
+    # a call that keeps its break is the original call where it stands, with the values
+    # it evaluated: not the generated function, which TorchDynamo refused to reorder
     plain, mended = load_both("""
         import torch
 

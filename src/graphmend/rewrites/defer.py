@@ -315,7 +315,7 @@ class _Plan:
         ``site``, the original call, where the copies would make a graph of their own
         (see :func:`graphmend.runtime.deferral.defers_here`)."""
         if self.checked_first():
-            return self._checked_path(function_name, fresh_name)
+            return self._checked_path(function_name, fresh_name, site)
         statements = self._captured_one_by_one(function_name, fresh_name)
         in_place = ast.If(
             test=ast.UnaryOp(op=ast.Not(), operand=runtime_call("graph_started")),
@@ -371,11 +371,14 @@ class _Plan:
         early = [index for index, value in enumerate(self.values) if not value.consumed_at_call]
         return not early or all(_inert(value.expr) for value in self.values[early[0] + 1 :])
 
-    def _checked_path(self, function_name: str, fresh_name: Callable[[str], str]) -> list[ast.stmt]:
+    def _checked_path(
+        self, function_name: str, fresh_name: Callable[[str], str], site: ast.stmt
+    ) -> list[ast.stmt]:
         """Evaluate the values, then ask whether TorchDynamo can carry them all, and
-        whether their copies fit in the graph, before any is copied: where not, the call
-        keeps its break with no copy made (an operation the original, breaking at the
-        call, does not have)."""
+        whether their copies fit in the graph, before any is copied: where not, the
+        original call is made where it stands with the values evaluated, so that it breaks
+        the graph as the original does, with no copy made (an operation the original does
+        not have)."""
         statements: list[ast.stmt] = []
         names = []
         for value in self.values:
@@ -397,15 +400,22 @@ class _Plan:
         checks.append(runtime_call("defers_here", *[load(name) for name in names]))
         check = ast.BoolOp(op=ast.And(), values=checks)
         statements.append(ast.Assign(targets=[store(carried)], value=check))
-        # a call of no values captures an empty tuple: the decision must reach the call
-        # all the same (not carried, the call keeps its break)
         captured = [
-            ast.Starred(value=runtime_call("capture", value, load(carried)), ctx=ast.Load())
-            for value in [load(name) for name in names] or [ast.Tuple(elts=[], ctx=ast.Load())]
+            ast.Starred(value=runtime_call("capture", load(name)), ctx=ast.Load()) for name in names
         ]
-        call = ast.Call(func=load(function_name), args=captured, keywords=[])
-        statements.append(ast.Expr(call))
+        deferred = ast.Expr(ast.Call(func=load(function_name), args=captured, keywords=[]))
+        kept = locate(self._made_from(site, names), site)
+        statements.append(ast.If(test=load(carried), body=[deferred], orelse=[kept]))
         return statements
+
+    def _made_from(self, site: ast.stmt, names: list[str]) -> ast.stmt:
+        """``site`` with each value read from the name that holds it: a break where the
+        original's is (a ``%`` format of a tensor, which TorchDynamo cannot resume after,
+        where the generated function's call is one it resumes after)."""
+        # deepcopy's memo maps an object's id to its copy: each value's expression is
+        # "copied" as a read of its name
+        held = {id(value.expr): load(name) for value, name in zip(self.values, names, strict=True)}
+        return copy.deepcopy(site, held)
 
     def _format_checks(self, values: list[ast.expr]) -> list[tuple[ast.expr, int]]:
         """The checks that the values, held by ``values``, take their formats, each with
