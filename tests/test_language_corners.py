@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
 
-from graphmend.runtime import dynamo_support
 from helpers.graphs import compile_and_run
 
 POSITIVE = torch.tensor([1.0, -2.0, 4.0])
@@ -541,19 +540,13 @@ class Model(torch.nn.Module):
 """
 
 
-@pytest.mark.xfail(
-    dynamo_support.torch_release(torch.__version__) >= (2, 13),
-    strict=True,
-    reason="the site keeps its if (the property's own if cannot be traced) and its choice "
-    "is read on the host as the truth of the device condition: torch 2.13 gives the frame, "
-    "resumed with that bool, up at the property's break, which plain compile, resumed with "
-    "the float .item() read, compiles (3 graphs and a frame run in Python against 5 and "
-    "none). Evaluating the test again as written would run what it reads twice (a property "
-    "counting its calls); reading again only the host value of operands bound once is "
-    "not done",
-)
 def test_a_kept_branch_on_a_host_read_resumes_as_the_original_does(load_both):
-    """Found by helper hgen3 (fuzz seed 30088)."""
+    """The site keeps its if (the property's own if cannot be traced). Its choice read on
+    the host as the truth of the device condition, torch 2.13 gave the frame, resumed with
+    that bool, up at the property's break, which plain compile, resumed with the float
+    .item() read, compiles: 3 graphs and a frame run in Python against 5 and none. The
+    value is read again from the operand bound once (found by helper hgen3, fuzz seed
+    30088)."""
     from torch._dynamo.utils import counters
 
     plain, rewritten = load_both(HOST_READ_THEN_PROPERTY)

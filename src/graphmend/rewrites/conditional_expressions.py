@@ -91,15 +91,17 @@ class ConditionalExpressions(ast.NodeTransformer):
             branches += [load(name), tuple_of(load(p) for p in parameters)]
         if checker.facts.problem is not None:
             raise Decline(f"a value cannot be computed ahead of time: {checker.facts.problem}")
-        prelude, condition = self.rewriter.translate_condition(node.test, self.bound)
-        if prelude and self.whole_value is not node:
+        translation = self.rewriter.translate_condition(node.test, self.bound)
+        if translation.prelude and self.whole_value is not node:
             raise Decline(
                 "an and/or condition inside a larger expression would change evaluation order"
             )
-        self.definitions.extend(locate(statement, self.statement) for statement in prelude)
+        self.definitions.extend(
+            locate(statement, self.statement) for statement in translation.prelude
+        )
         call = runtime_call(
             "branch",
-            ast.NamedExpr(target=store(names["cond"]), value=condition),
+            ast.NamedExpr(target=store(names["cond"]), value=translation.condition),
             *branches,
             tuple_of(
                 submodule_read(m, self.bound, self.rewriter.enclosing.class_name)
@@ -116,7 +118,7 @@ class ConditionalExpressions(ast.NodeTransformer):
         # object, a guard that failed on later calls in long runs (a recompile, one
         # graph more than plain).
         original = copy.deepcopy(node)
-        test = self.rewriter.original_choice(node.test, names["cond"], self.search)
+        test = self.rewriter.original_choice(node.test, translation, names["cond"], self.search)
         fallback = ast.IfExp(test=test, body=original.body, orelse=original.orelse)
         return ast.IfExp(
             test=ast.Compare(left=merged, ops=[ast.IsNot()], comparators=[ast.Constant(None)]),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from graphmend.analysis.bindings import names_read
 from graphmend.analysis.purity import is_host_conversion, is_number_search, qualified_name
@@ -76,21 +77,6 @@ def test_to_evaluate_again(
     return copy.deepcopy(test)
 
 
-def choice_on_host(
-    test: ast.expr, condition: ast.expr, scopes: ModuleScopes, functions: Sequence[ast.AST]
-) -> ast.expr:
-    """``condition``, the evaluated ``test``, as the original choice reads it where it is
-    made on the host after all: ``host_truth(condition)`` if ``test`` reads a host value
-    (``.item()``, ``float(t)``), so that the graph breaks at a read, as the original's
-    does, not at a jump on the tensor that stood for it.  (The test itself is not
-    evaluated again: a property it reads would run twice.)"""
-    reads = (
-        isinstance(node, ast.Call) and is_host_conversion(node, scopes, functions)
-        for node in ast.walk(test)
-    )
-    return runtime_call("host_truth", condition) if any(reads) else condition
-
-
 def jumps_moved_to_device(
     test: ast.expr,
     scopes: ModuleScopes,
@@ -101,7 +87,7 @@ def jumps_moved_to_device(
     on the host, a jump on what ``may_be_tensor`` (``not t``, ``t and b`` with ``b``
     pure, ``a < t < c``) or a read of a tensor (``torch.equal``): where the truth is
     read on the host after all, it breaks the graph there, as the original does (a
-    host read GraphMend translates is found by :func:`choice_on_host`)."""
+    host read GraphMend translates is read again by :meth:`Translation.choice_on_host`)."""
     for node in ast.walk(test):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             if may_be_tensor(node.operand):
@@ -123,6 +109,34 @@ def jumps_moved_to_device(
     return False
 
 
+@dataclass(frozen=True)
+class Translation:
+    """A condition translated for tracing."""
+
+    prelude: list[ast.stmt]  # statements to run first
+    condition: ast.expr  # then the condition, its tensor parts kept on the device
+    reads_host: bool  # whether the test as written reads a host value (``.item()``)
+    #: A test that is one comparison, or one host read, as written, with each operand
+    #: read from the name the condition bound it to (``_@gm_operand3.item() > lim``)
+    reread: ast.expr | None
+
+    def choice_on_host(self, evaluated: ast.expr) -> ast.expr:
+        """The choice as the original makes it, given ``evaluated``, the condition's value,
+        where it is made on the host after all: the host value read again from the bound
+        operands, so that the graph breaks at a read, as the original's does, and the frame
+        resumes with the number read, as the original's (torch 2.13 treats a frame resumed
+        with a bool otherwise at a later break); where the test is more than one
+        comparison, the truth of ``evaluated`` read with ``host_truth`` (nothing the test
+        evaluated runs twice).  A comparison not made on the device is ``evaluated``."""
+        if self.reread is not None:
+            return ast.IfExp(
+                test=runtime_call("is_scalar_tensor", copy.deepcopy(evaluated)),
+                body=copy.deepcopy(self.reread),
+                orelse=copy.deepcopy(evaluated),
+            )
+        return runtime_call("host_truth", evaluated) if self.reads_host else evaluated
+
+
 class ConditionTranslator:
     """Builds the tracing-time version of a condition: statements to run, then an expression."""
 
@@ -142,6 +156,9 @@ class ConditionTranslator:
         self.bound = bound
         self.prelude: list[ast.stmt] = []
         self._locals: set[str] = set()
+        #: each operand of a host comparison and the local it is bound to (the node held,
+        #: so that its id stays its own)
+        self._operands: list[tuple[ast.expr, str]] = []
 
     def _local(self, role: str) -> str:
         """A new injected name for a local the translation binds."""
@@ -149,18 +166,38 @@ class ConditionTranslator:
         self._locals.add(name)
         return name
 
-    def translate(self, condition: ast.expr) -> tuple[list[ast.stmt], ast.expr]:
+    def translate(self, condition: ast.expr) -> Translation:
         """Statements to run first, and the condition with tensor parts kept on the device."""
         self.prelude = []
+        self._operands = []
         translated = self._condition(condition)
         everything = ast.Module(body=[*self.prelude, ast.Expr(translated)], type_ignores=[])
         for node in ast.walk(everything):
-            if isinstance(node, ast.Call) and is_host_conversion(node, self.scopes, self.functions):
+            if self._is_host_read(node):
                 raise Untranslatable(
                     f"{ast.unparse(node)} reads a tensor on the host for something other than "
                     "a comparison or a truth test"
                 )
-        return self.prelude, translated
+        reads_host = any(self._is_host_read(node) for node in ast.walk(condition))
+        return Translation(self.prelude, translated, reads_host, self._reread(condition))
+
+    def _reread(self, test: ast.expr) -> ast.expr | None:
+        """``test``, one comparison or one host read, with each operand the translation
+        bound read from its local (see :meth:`Translation.choice_on_host`)."""
+        single = (isinstance(test, ast.Compare) and len(test.ops) == 1) or self._is_host_read(test)
+        if not single or not self._operands:
+            return None
+        # deepcopy's memo maps an object's id to its copy: each bound operand is "copied"
+        # as a read of its local
+        return copy.deepcopy(test, {id(node): load(name) for node, name in self._operands})
+
+    def _bound(self, operand: ast.expr) -> ast.expr:
+        """``(_@gm_operandN := operand)``, remembered for :meth:`_reread`; a constant as it is."""
+        if isinstance(operand, ast.Constant):
+            return copy.deepcopy(operand)
+        name = self._local("operand")
+        self._operands.append((operand, name))
+        return ast.NamedExpr(target=store(name), value=copy.deepcopy(operand))
 
     def _condition(self, node: ast.expr) -> ast.expr:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -312,7 +349,7 @@ class ConditionTranslator:
         if symbol is None:
             raise Untranslatable(f"`{ast.unparse(node)}` compares host values by identity")
         left, right = (
-            self._host_value(operand) if read else copy.deepcopy(operand)
+            self._host_value(operand) if read else self._bound(operand)
             for operand, read in zip(operands, host, strict=True)
         )
         return runtime_call(
@@ -352,7 +389,7 @@ class ConditionTranslator:
         call.keywords = [copy.deepcopy(keyword) for keyword in node.keywords]
         return call
 
-    def _is_host_read(self, node: ast.expr) -> bool:
+    def _is_host_read(self, node: ast.AST) -> bool:
         return isinstance(node, ast.Call) and is_host_conversion(node, self.scopes, self.functions)
 
     def _host_value(self, call: ast.expr) -> ast.expr:
@@ -361,7 +398,7 @@ class ConditionTranslator:
             value, conversion = call.func.value, "item"
         else:
             value, conversion = call.args[0], call.func.id  # type: ignore[attr-defined]
-        return runtime_call("host_value", copy.deepcopy(value), ast.Constant(conversion))
+        return runtime_call("host_value", self._bound(value), ast.Constant(conversion))
 
 
 def _as_written(op: ast.boolop, left: str, right: ast.expr) -> ast.If:

@@ -70,7 +70,7 @@ from graphmend.rewrites.conditional_expressions import (
 )
 from graphmend.rewrites.conditions import (
     ConditionTranslator,
-    choice_on_host,
+    Translation,
     test_to_evaluate_again,
 )
 from graphmend.rewrites.kept_names import kept_argument
@@ -208,24 +208,24 @@ class PredicateRewrite(FunctionStatementRewriter):
 
     # -- shared helpers ------------------------------------------------------------------
 
-    def translate_condition(
-        self, condition: ast.expr, bound: frozenset[str]
-    ) -> tuple[list[ast.stmt], ast.expr]:
+    def translate_condition(self, condition: ast.expr, bound: frozenset[str]) -> Translation:
         """Statements to run first, and the condition for tracing (``bound``: the names
         certainly bound where it stands)."""
         translator = ConditionTranslator(self.module, self.enclosing.functions, self.name, bound)
         return translator.translate(condition)
 
-    def original_choice(self, test: ast.expr, condition_name: str, search: str) -> ast.expr:
+    def original_choice(
+        self, test: ast.expr, translation: Translation, condition_name: str, search: str
+    ) -> ast.expr:
         """The test of the original choice, made when the branches do not merge: the
-        evaluated condition (read as :func:`choice_on_host` says); for a test that
-        searches a tensor for a number (see :func:`test_to_evaluate_again`),
+        evaluated condition (read as :meth:`Translation.choice_on_host` says); for a test
+        that searches a tensor for a number (see :func:`test_to_evaluate_again`),
         ``as_written(<search>) or <test>``, which runs the statement as written
         (:mod:`graphmend.runtime.searches`)."""
         scopes, functions = self.module.scopes, self.enclosing.functions
         again = test_to_evaluate_again(test, scopes, functions)
         if again is None:
-            return choice_on_host(test, load(condition_name), scopes, functions)
+            return translation.choice_on_host(load(condition_name))
         restart = runtime_call("as_written", load(search))
         return ast.BoolOp(op=ast.Or(), values=[restart, again])
 
@@ -296,7 +296,7 @@ class _Site:
     def tracing_path(self) -> list[ast.stmt]:
         """The statements run while tracing (checks raise :class:`Decline`)."""
         condition_name = self.names["cond"]
-        prelude, condition = self.rewriter.translate_condition(self.statement.test, self.bound)
+        translation = self.rewriter.translate_condition(self.statement.test, self.bound)
         then_state, else_state = self.state.copy(), self.state.copy()
         then_body = self._transform(self.then_arm, then_state)
         else_body = self._transform(self.else_arm, else_state)
@@ -329,12 +329,12 @@ class _Site:
         )
         call.keywords.append(ast.keyword(arg="kept", value=kept))
         return [
-            *prelude,
-            ast.Assign(targets=[store(condition_name)], value=condition),
+            *translation.prelude,
+            ast.Assign(targets=[store(condition_name)], value=translation.condition),
             then_function,
             else_function,
             ast.Assign(targets=[store(merged_name)], value=call),
-            *self._choose(merged_name, condition_name),
+            *self._choose(merged_name, translation),
         ]
 
     def _module_reads(self, *states: _ArmState) -> list[ast.expr]:
@@ -355,7 +355,7 @@ class _Site:
         names = ast.Tuple(elts=[store(n) for n in self.outputs], ctx=ast.Store())
         return [ast.Assign(targets=[names], value=load(merged_name))]
 
-    def _choose(self, merged_name: str, condition_name: str) -> list[ast.stmt]:
+    def _choose(self, merged_name: str, translation: Translation) -> list[ast.stmt]:
         """Take the merged results; else run the original branches, decided on the host
         (the original graph break).  Inside a branch function a host read would break
         the graph there: the function returns ``None`` and the enclosing merge fails."""
@@ -368,10 +368,11 @@ class _Site:
         merged = ast.Compare(
             left=load(merged_name), ops=[ast.IsNot()], comparators=[ast.Constant(None)]
         )
+        condition_name = self.names["cond"]
         fallback = mark_continuable(
             ast.If(
                 test=self.rewriter.original_choice(
-                    self.statement.test, condition_name, self.names["search"]
+                    self.statement.test, translation, condition_name, self.names["search"]
                 ),
                 body=copy.deepcopy(self.then_arm) or [ast.Pass()],
                 orelse=copy.deepcopy(self.else_arm),

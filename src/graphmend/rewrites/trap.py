@@ -54,7 +54,7 @@ from graphmend.rewrites.common import (
 )
 from graphmend.rewrites.conditions import (
     ConditionTranslator,
-    choice_on_host,
+    Translation,
     jumps_moved_to_device,
     test_to_evaluate_again,
 )
@@ -166,12 +166,12 @@ class TrapRewrite(FunctionStatementRewriter):
         # it is not lowered (graphmend.runtime.searches)
         searches = any(plan[-1] is not None for plan in plans)
         search = self.module.fresh_name("search") if searches else None
-        for guard, (prelude, condition, message_parts, formats_names, again) in zip(
+        for guard, (translation, message_parts, formats_names, again) in zip(
             guards, plans, strict=True
         ):
             name = self.module.fresh_name("cond")
-            body.extend(prelude)
-            body.append(ast.Assign(targets=[store(name)], value=condition))
+            body.extend(translation.prelude)
+            body.append(ast.Assign(targets=[store(name)], value=translation.condition))
             earlier = [load(previous) for previous in conditions]
             # The message is built only once the guard can be lowered (short circuit).
             gates = [runtime_call("lowerable", load(name), *copy.deepcopy(earlier))]
@@ -193,9 +193,7 @@ class TrapRewrite(FunctionStatementRewriter):
                 ],
             )
             if again is None:
-                choice = choice_on_host(
-                    guard.condition, load(name), self.module.scopes, self.enclosing.functions
-                )
+                choice = translation.choice_on_host(load(name))
                 kept = _unless_lowered(lowered, choice, guard, jumps=self._jumps_inside(guard))
             else:
                 restart = runtime_call("as_written", load(search))  # type: ignore[arg-type]
@@ -235,7 +233,7 @@ class TrapRewrite(FunctionStatementRewriter):
 
     def _plan(
         self, guard: _Guard, ahead_of_time: bool
-    ) -> tuple[list[ast.stmt], ast.expr, list[ast.expr], bool, ast.expr | None]:
+    ) -> tuple[Translation, list[ast.expr], bool, ast.expr | None]:
         functions = self.enclosing.functions
         scopes = self.module.scopes
         _check_raise(guard.raise_statement)
@@ -248,9 +246,9 @@ class TrapRewrite(FunctionStatementRewriter):
         message = _Message(scopes, functions, bound, self.enclosing.class_name)
         message_parts = message.parts(guard.message)
         translator = ConditionTranslator(self.module, functions, "trap", bound)
-        prelude, condition = translator.translate(guard.condition)
+        translation = translator.translate(guard.condition)
         again = test_to_evaluate_again(guard.condition, scopes, functions)
-        return prelude, condition, message_parts, message.formats_names, again
+        return translation, message_parts, message.formats_names, again
 
 
 def _unless_lowered(
