@@ -22,7 +22,12 @@ import pytest
 import graphmend
 from graphmend import GraphMendWarning
 from graphmend import cache as cache_module
-from graphmend.cache import Access, BytecodeCache, graphmend_fingerprint
+from graphmend.cache import (
+    Access,
+    BytecodeCache,
+    fingerprint_still_holds,
+    graphmend_fingerprint,
+)
 from graphmend.cli import main as cli_main
 from graphmend.config import Config
 from graphmend.rewriter import ModuleRewriter, Status
@@ -200,6 +205,34 @@ def test_an_editors_lock_file_beside_graphmends_modules_breaks_no_import(
     finally:
         monkeypatch.undo()
         graphmend_fingerprint.cache_clear()
+
+
+def test_code_rewritten_after_graphmend_changed_on_disk_is_not_stored(
+    cache_dir, module_file, tmp_path, monkeypatch
+):
+    # A process keys its entries with the fingerprint read at its first claimed import
+    # (a hit), and loads the rewrites at its first miss: after an upgrade in between, the
+    # new release's code was stored under the old release's key, which processes of the
+    # old release then loaded (found by helper hhook)
+    copy = tmp_path / "checkout" / "graphmend"
+    shutil.copytree(Path(graphmend.__file__).parent, copy, ignore=shutil.ignore_patterns("*.pyc"))
+    monkeypatch.setattr(graphmend, "__file__", str(copy / "__init__.py"))
+    try:
+        graphmend_fingerprint.cache_clear()
+        fingerprint_still_holds.cache_clear()
+        graphmend_fingerprint()  # the first claimed import
+        with (copy / "pipeline.py").open("a") as pipeline:
+            pipeline.write("# another release\n")
+        assert _build(cache_dir, module_file).status is Status.REWRITTEN
+        assert _entries(cache_dir) == []
+        graphmend_fingerprint.cache_clear()  # a process started after the upgrade
+        fingerprint_still_holds.cache_clear()
+        assert _build(cache_dir, module_file).status is Status.REWRITTEN
+        assert len(_entries(cache_dir)) == 1
+    finally:
+        monkeypatch.undo()
+        graphmend_fingerprint.cache_clear()
+        fingerprint_still_holds.cache_clear()
 
 
 def test_graphmend_source_that_cannot_be_read_turns_the_cache_off_not_the_import(

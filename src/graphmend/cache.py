@@ -124,10 +124,30 @@ class CacheCheck:
 def graphmend_fingerprint() -> str:
     """A digest of GraphMend's own source: a change to any rewrite invalidates entries.
 
-    Only the files Python can import as GraphMend's modules count: an editor's files
-    beside them (Emacs's lock file ``.#cache.py``, a dangling symbolic link while the
-    file is being edited) are none of its code.  OSError when a module cannot be read.
+    Read once, at the first claimed import.  Only the files Python can import as
+    GraphMend's modules count: an editor's files beside them (Emacs's lock file
+    ``.#cache.py``, a dangling symbolic link while the file is being edited) are none of
+    its code.  OSError when a module cannot be read.
     """
+    return _fingerprint_now()
+
+
+@cache
+def fingerprint_still_holds() -> bool:
+    """Whether GraphMend's source still has :func:`graphmend_fingerprint`, asked once the
+    rewrites are loaded, before the first entry is stored.
+
+    A process loads the rewrites at its first cache miss, which may come long after its
+    first claimed import: where GraphMend's files changed in between (an upgrade under a
+    running server), the code they rewrite is not what the key says, and is not stored
+    (a process of the release the key names would load it)."""
+    try:
+        return _fingerprint_now() == graphmend_fingerprint()
+    except OSError:
+        return False
+
+
+def _fingerprint_now() -> str:
     import graphmend
 
     package = Path(graphmend.__file__).parent

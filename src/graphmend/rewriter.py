@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import CodeType
 
-from graphmend.cache import BytecodeCache
+from graphmend.cache import BytecodeCache, fingerprint_still_holds
 from graphmend.collector_pause import collector_paused
 from graphmend.config import Config
 from graphmend.directives import skipped_module
@@ -113,7 +113,12 @@ class ModuleRewriter:
                 return Outcome(Status.CACHE_HIT, entry.code, entry.summary, warns=entry.warns)
         with collector_paused():
             outcome = self._rewrite(filename, source, started)
-        if outcome.code is not None and cache is not None and key is not None:
+        if (
+            outcome.code is not None
+            and cache is not None
+            and key is not None
+            and fingerprint_still_holds()
+        ):
             cache.store(module_name, key, outcome.code, outcome.summary, warns=outcome.warns)
         return outcome
 
