@@ -261,6 +261,35 @@ def test_a_failing_script_exits_1_with_what_python_prints(project, source):
 
 
 @pytest.mark.parametrize(
+    "source",
+    ["x = 41\nraise ValueError('oops')\n", "x = 42\n", "import sys\nx = 43\nsys.exit(3)\n"],
+    ids=["uncaught exception", "success", "exit"],
+)
+def test_the_prompt_of_python_dash_i_follows_as_after_the_script(project, source):
+    # python -i shows a SystemExit from the main module and goes on to the prompt: the
+    # SystemExit(1) GraphMend raised after the script's error was shown with its frames
+    # and replaced the error pdb.pm() debugs (found by helper hhook)
+    (project / "inspected.py").write_text(source)
+    probe = "import sys\nprint('last', type(getattr(sys, 'last_value', None)).__name__, x)\n"
+    plain = run_python("-i", "inspected.py", cwd=project, stdin=probe)
+    mended = run_python("-i", "-m", "graphmend", "run", "inspected.py", cwd=project, stdin=probe)
+    assert mended.returncode == plain.returncode
+    assert (mended.stdout, mended.stderr) == (plain.stdout, plain.stderr)
+
+
+def test_pdb_debugs_an_uncaught_error_post_mortem(project):
+    (project / "debugged.py").write_text("x = 41\nraise ValueError('oops')\n")
+    commands = "c\np x\nq\nq\n"
+    plain = run_python("-m", "pdb", "debugged.py", cwd=project, stdin=commands)
+    mended = run_python(
+        "-m", "pdb", "-m", "graphmend", "run", "debugged.py", cwd=project, stdin=commands
+    )
+    for result in (plain, mended):
+        assert "Entering post mortem debugging" in result.stdout
+        assert "(Pdb) 41" in result.stdout
+
+
+@pytest.mark.parametrize(
     ("source", "status"),
     [
         (b"print('ran')\n# caf\xe9\n", 1),  # no encoding declared: python refuses it

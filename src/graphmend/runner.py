@@ -168,7 +168,7 @@ def _run_source(
         )
         exec(code or plain, main.__dict__)
 
-    report_uncaught(execute)
+    run_main(execute)
     return main.__dict__
 
 
@@ -238,7 +238,7 @@ def _run_as_main(module: str, *, alter_argv: bool) -> None:
     graphmend`` runs in keeps its names, and the module sees only its own)."""
     _fresh_main("__main__")
     run_as_main: Callable[..., object] = runpy._run_module_as_main  # type: ignore[attr-defined]
-    report_uncaught(lambda: run_as_main(module, alter_argv=alter_argv))
+    run_main(lambda: run_as_main(module, alter_argv=alter_argv))
 
 
 def _install(config: Config) -> Installation:
@@ -263,15 +263,50 @@ def report_uncaught(run: Callable[[], T]) -> T:
         uncaught = error
     else:
         return result
-    # Reported as the interpreter would, with no exception being handled (the hook sees
-    # none in sys.exc_info()), and without GraphMend's own frames on top.
+    _report(uncaught)
+    raise SystemExit(1)
+
+
+def run_main(run: Callable[[], object]) -> None:
+    """``run()``, the user's ``__main__``, ended as the interpreter ends it
+    (:func:`report_uncaught`).  Under ``python -i``, as ``python -i script.py`` ends it:
+    an uncaught exception, ``SystemExit`` and ``KeyboardInterrupt`` included, is shown,
+    and nothing is raised, so that the prompt follows in the script's namespace with the
+    script's error for ``pdb.pm()`` (``SystemExit(1)`` would be shown too, with
+    GraphMend's frames, and be what ``pdb.pm()`` debugs).  Under a debugger (``python -m
+    pdb -m graphmend run``), the exception is raised as it is, for its post-mortem."""
+    if debugged():
+        run()
+    elif sys.flags.inspect:
+        try:
+            run()
+        except BaseException as error:
+            _report(error)
+    else:
+        report_uncaught(run)
+
+
+def debugged() -> bool:
+    """Whether a ``bdb`` debugger (``pdb``) runs GraphMend: a frame below is its ``run``."""
+    bdb = sys.modules.get("bdb")
+    frame = sys._getframe(1)
+    while bdb is not None and frame is not None:
+        if isinstance(frame.f_locals.get("self"), bdb.Bdb):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _report(uncaught: BaseException) -> None:
+    """Show ``uncaught`` as the interpreter shows an uncaught exception, with no exception
+    being handled (the hook sees none in ``sys.exc_info()``), and without GraphMend's own
+    frames on top; ``sys.last_value`` and its kin set as it sets them."""
     _drop_own_frames(uncaught)
     sys.last_type, sys.last_value = type(uncaught), uncaught  # an atexit handler may read them
     sys.last_traceback = uncaught.__traceback__
     if sys.version_info >= (3, 12):
         sys.last_exc = uncaught
     _show_uncaught(uncaught, getattr(sys, "excepthook", None))
-    raise SystemExit(1)
 
 
 def _show_uncaught(error: BaseException, hook: Callable[..., object] | None) -> None:
