@@ -119,6 +119,9 @@ class Translation:
     #: A test that is one comparison, or one host read, as written, with each operand
     #: read from the name the condition bound it to (``_@gm_operand3.item() > lim``)
     reread: ast.expr | None
+    #: The condition's name for the right sides of its ``and``/``or`` it evaluates ahead
+    #: of time, if any (``runtime.conditions.speculated``)
+    speculation: str | None
 
     def choice_on_host(self, evaluated: ast.expr) -> ast.expr:
         """The choice as the original makes it, given ``evaluated``, the condition's value,
@@ -127,14 +130,21 @@ class Translation:
         resumes with the number read, as the original's (torch 2.13 treats a frame resumed
         with a bool otherwise at a later break); where the test is more than one
         comparison, the truth of ``evaluated`` read with ``host_truth`` (nothing the test
-        evaluated runs twice).  A comparison not made on the device is ``evaluated``."""
+        evaluated runs twice).  A comparison not made on the device is ``evaluated``.
+        Where a right side was evaluated ahead of time, ``keep_speculated_breaks(<name>)
+        or <choice>``: it may restart the analysis, that side read by the original's jump."""
         if self.reread is not None:
-            return ast.IfExp(
+            choice: ast.expr = ast.IfExp(
                 test=runtime_call("is_scalar_tensor", copy.deepcopy(evaluated)),
                 body=copy.deepcopy(self.reread),
                 orelse=copy.deepcopy(evaluated),
             )
-        return runtime_call("host_truth", evaluated) if self.reads_host else evaluated
+        else:
+            choice = runtime_call("host_truth", evaluated) if self.reads_host else evaluated
+        if self.speculation is None:
+            return choice
+        kept = runtime_call("keep_speculated_breaks", ast.Constant(self.speculation))
+        return ast.BoolOp(op=ast.Or(), values=[kept, choice])
 
 
 class ConditionTranslator:
@@ -156,6 +166,7 @@ class ConditionTranslator:
         self.bound = bound
         self.prelude: list[ast.stmt] = []
         self._locals: set[str] = set()
+        self._speculation: str | None = None  # the condition's name for its speculations
         #: each operand of a host comparison and the local it is bound to (the node held,
         #: so that its id stays its own)
         self._operands: list[tuple[ast.expr, str]] = []
@@ -170,6 +181,7 @@ class ConditionTranslator:
         """Statements to run first, and the condition with tensor parts kept on the device."""
         self.prelude = []
         self._operands = []
+        self._speculation = None
         translated = self._condition(condition)
         everything = ast.Module(body=[*self.prelude, ast.Expr(translated)], type_ignores=[])
         for node in ast.walk(everything):
@@ -179,7 +191,8 @@ class ConditionTranslator:
                     "a comparison or a truth test"
                 )
         reads_host = any(self._is_host_read(node) for node in ast.walk(condition))
-        return Translation(self.prelude, translated, reads_host, self._reread(condition))
+        reread = self._reread(condition)
+        return Translation(self.prelude, translated, reads_host, reread, self._speculation)
 
     def _reread(self, test: ast.expr) -> ast.expr | None:
         """``test``, one comparison or one host read, with each operand the translation
@@ -322,9 +335,11 @@ class ConditionTranslator:
             body,
             [],
         )
+        self._speculation = self._speculation or self.module.fresh_name("condition")
         attempt = runtime_call(
             "speculated",
             ast.Constant(self.rewrite),
+            ast.Constant(self._speculation),
             load(function.name),
             tuple_of(load(name) for name in parameters),
         )

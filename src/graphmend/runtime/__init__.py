@@ -11,6 +11,7 @@ import sys
 import types
 
 from graphmend.post_import import when_imported
+from graphmend.runtime.attempts import keep_speculated_breaks
 from graphmend.runtime.conditions import (
     allclose,
     compare,
@@ -74,6 +75,7 @@ __all__ = [
     "host_value",
     "is_scalar_tensor",
     "item_from_python",
+    "keep_speculated_breaks",
     "keyable",
     "logical_and",
     "logical_or",

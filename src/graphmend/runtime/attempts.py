@@ -293,6 +293,9 @@ _WATCHES_MARKED_SIZES = "graphmend_watches_marked_sizes"
 _OPENED = "graphmend_opened_site"
 #: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
 _LAST_OPENED = "graphmend_last_opened_site"
+#: The attribute of the ``OutputGraph`` being traced that holds, by condition, the
+#: speculations of its right sides (:func:`speculate_or_none`) that left guards.
+_GUARDED_CONDITIONS = "graphmend_guarded_conditions"
 #: Why a site traced inside a ``torch.func`` transform keeps its break (see
 #: :mod:`graphmend.runtime.transforms`).
 _INSIDE_A_TRANSFORM = "inside a torch.func transform (vmap, grad...), whose tensors are wrapped"
@@ -628,8 +631,64 @@ def call_or_none(
     return ask_tracer(_call, None, rewrite, function, arguments)
 
 
+def speculate_or_none(
+    rewrite: str, condition: str, function: Callable[..., Any], arguments: Sequence[Any]
+) -> Any | None:
+    """:func:`call_or_none` for the right side of an ``and``/``or`` in ``condition`` (a
+    name for it), evaluated ahead of time; where it leaves guards, a choice made on the
+    host after all keeps the original's jump instead (:func:`keep_speculated_breaks`).
+    Called only while tracing."""
+    return ask_tracer(_speculate, None, rewrite, condition, function, arguments)
+
+
+def _speculate(
+    tracer: Any,
+    rewrite_variable: Any,
+    condition_variable: Any,
+    function: Any,
+    arguments_variable: Any,
+) -> Any:
+    """Asked while TorchDynamo traces :func:`speculate_or_none`."""
+    result, site, attempt = _attempt(tracer, rewrite_variable, function, arguments_variable)
+    if result is not None and site is not None and attempt is not None and attempt.left_guards():
+        guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
+        guarded.setdefault(condition_variable.as_python_constant(), []).append(site)
+        setattr(tracer.output, _GUARDED_CONDITIONS, guarded)
+    return result
+
+
+def keep_speculated_breaks(condition: str) -> None:
+    """Before a choice on ``condition`` is made on the host after all (its site kept its
+    break): restart the analysis if evaluating a right side of it ahead of time left
+    guards, that speculation keeping the original's jump.  The original reads that side
+    only after its jump on the left side, a graph break: the frame would guard on what
+    plain compile's frame never reads (the cache ChatGLM's ``or`` tests, recompiled as it
+    grows).  Called only while tracing."""
+    ask_tracer(_keep_speculated_breaks, None, condition)
+
+
+def _keep_speculated_breaks(tracer: Any, condition_variable: Any) -> None:
+    """Asked while TorchDynamo traces :func:`keep_speculated_breaks`."""
+    guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
+    sites = guarded.pop(condition_variable.as_python_constant(), [])
+    if sites:
+        first = min(sites, key=lambda site: site.position)
+        first.keep_break(
+            "evaluated ahead of time, it made TorchDynamo guard on what the original "
+            "reads only after its jump, and the choice is made on the host"
+        )
+
+
 def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any) -> Any:
     """Asked while TorchDynamo traces :func:`call_or_none`: the result's variable."""
+    return _attempt(tracer, rewrite_variable, function, arguments_variable)[0]
+
+
+def _attempt(
+    tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any
+) -> tuple[Any, Site | None, Attempt | None]:
+    """``function(*arguments)`` traced as an attempt: the result's variable (``None``
+    where it failed, undone and recorded), the site's log entry and the attempt."""
     rewrite = "predicate"  # until asked of TorchDynamo, in the try below
     try:
         rewrite = rewrite_variable.as_python_constant()
@@ -639,11 +698,11 @@ def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable:
         site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(tracer, rewrite, f"this torch release is not supported ({error})")
-        return None
+        return None, None, None
     kept = site.kept_break()
     if kept is not None:
         record_at(tracer, rewrite, kept)
-        return None
+        return None, site, attempt
     try:
         result = tracer.inline_user_function_return(function, list(arguments), {})
     except tracer_control():
@@ -651,14 +710,14 @@ def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable:
     except Exception as error:
         reason = f"a branch cannot be traced: {first_line(error)}"
         site.abandon(tracer, rewrite, attempt, reason)
-        return None
+        return None, site, attempt
     reason = _why_branch_acts(attempt, versions)
     if reason is not None:
         site.abandon(tracer, rewrite, attempt, reason)
-        return None
+        return None, site, attempt
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
-    return result
+    return result, site, attempt
 
 
 def _why_branch_acts(attempt: Attempt, versions: dict[Any, int]) -> str | None:

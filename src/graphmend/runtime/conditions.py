@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from graphmend.runtime.attempts import call_or_none
+from graphmend.runtime.attempts import speculate_or_none
 from graphmend.runtime.formatting import symbolic_while_tracing
 
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
@@ -78,16 +78,20 @@ def host_truth(value: Any) -> Any:
 
 
 def speculated(
-    rewrite: str, function: Callable[..., tuple[Any]], arguments: tuple[Any, ...]
+    rewrite: str,
+    condition: str,
+    function: Callable[..., tuple[Any]],
+    arguments: tuple[Any, ...],
 ) -> tuple[Any] | None:
     """``function(*arguments)``, the right side of an ``and``/``or`` whose left side is a
-    one-element tensor, ``(value,)``, traced ahead of time as an attempt (its failure,
+    one-element tensor, in ``condition`` (its name), ``(value,)``, traced ahead of time
+    as an attempt (its failure,
     or an operation in it that raises when it runs, is recorded for ``rewrite`` and taken
-    back, :func:`graphmend.runtime.attempts.call_or_none`); ``None`` where it fails or
+    back, :func:`graphmend.runtime.attempts.speculate_or_none`); ``None`` where it fails or
     gives a tensor of other than one element: Python evaluates it, and takes its truth,
     only where the left side says so, and so does the original's jump then.  Called
     only while tracing."""
-    result = call_or_none(rewrite, function, arguments)
+    result = speculate_or_none(rewrite, condition, function, arguments)
     if result is None:
         return None
     (value,) = result
