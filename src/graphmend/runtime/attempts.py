@@ -233,12 +233,27 @@ def _value_of(source: Any, arguments: dict[str, Any]) -> Any:
         base = _value_of(source.base, arguments)
         return None if base is None else inspect.getattr_static(base, source.member, None)
     if type(source).__name__ in ("GetItemSource", "DictGetItemSource"):
-        if isinstance(source.base, sources.AttrSource) and source.base.member in _REGISTRIES:
+        registry = _unmarked(source.base)
+        if isinstance(registry, sources.AttrSource) and registry.member in _REGISTRIES:
             return None  # a submodule (self.drop.p): see _REGISTRIES
         return _item(_value_of(source.base, arguments), source.index)
-    if type(source).__name__.endswith("NNModuleSource"):  # the module itself, marked
+    if _marks_a_module(source):
         return _value_of(source.base, arguments)
     return None
+
+
+def _marks_a_module(source: Any) -> bool:
+    """Whether ``source`` is TorchDynamo's mark that its base is a module
+    (``NNModuleSource``, ``UnspecializedNNModuleSource``, ...)."""
+    return type(source).__name__.endswith("NNModuleSource")
+
+
+def _unmarked(source: Any) -> Any:
+    """``source`` without the marks that it names a module (:func:`_marks_a_module`):
+    torch 2.5 marks ``self._modules`` before taking an item of it."""
+    while _marks_a_module(source):
+        source = source.base
+    return source
 
 
 def _no_attribute(source: Any) -> bool:
