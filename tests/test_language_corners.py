@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
+from torch._dynamo.utils import counters
 
 from helpers.graphs import compile_and_run
 
@@ -547,7 +548,6 @@ def test_a_kept_branch_on_a_host_read_resumes_as_the_original_does(load_both):
     .item() read, compiles: 3 graphs and a frame run in Python against 5 and none. The
     value is read again from the operand bound once (found by helper hgen3, fuzz seed
     30088)."""
-    from torch._dynamo.utils import counters
 
     plain, rewritten = load_both(HOST_READ_THEN_PROPERTY)
     rows = ([1.0, 0.25, 0.5, -1.0], [-1.0, 0.0, 0.25, 0.0], [4.0, 0.25, -1.0, 1.0])
@@ -636,6 +636,82 @@ def test_a_kept_and_on_a_host_read_jumps_once(load_both):
     assert all(
         torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(*outcomes, strict=True)
     )
+
+
+HOST_READ_OF_OTHERS = """
+import torch
+
+
+class Meter:
+    def __init__(self):
+        self.reads = 0
+
+    def item(self):
+        self.reads += 1
+        return float(self.reads)
+
+
+meter = Meter()
+
+
+def of_an_object(x, y):
+    if meter.item() > y:
+        h = x[:2]  # shapes differ: the site keeps its break while tracing
+    else:
+        h = x
+    return h * 2, meter.reads
+
+
+def against_a_tensor(x, y):
+    z = x.sum() * 3
+    if z.item() > y:
+        h = x[:2]
+    else:
+        h = x
+    return h * 2
+
+
+def asserted(x):
+    assert x.max().item() < 100.0, "too large"
+    h = x * 2
+    print("h", h.sum())
+    return h
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "calls"),
+    [
+        ("of_an_object", [(torch.ones(4), torch.tensor(v)) for v in (0.5, 1.5, 2.5)]),
+        ("against_a_tensor", [(torch.ones(4), torch.tensor(v)) for v in (1.0, 20.0)]),
+        ("asserted", [(torch.ones(4),), (torch.full((4,), 200.0),)]),
+    ],
+)
+def test_a_host_read_not_compared_on_the_device_is_read_as_the_original_reads_it(
+    load_both, name, calls
+):
+    """Where the comparison was made on the host (an object's own ``item()``, a tensor on
+    the other side), the choice is its result: read again from the operands, ``item()``
+    ran twice (a wrong count), and a tensor result was read once more, a break more than
+    plain (found by helper hrev3)."""
+    plain, rewritten = load_both(HOST_READ_OF_OTHERS)
+    runs = []
+    for module in (plain, rewritten):
+        module.meter.reads = 0
+        torch._dynamo.reset()
+        counters.clear()
+        counter = CompileCounter()
+        compiled = torch.compile(getattr(module, name), backend=counter)
+        outcomes = []
+        for arguments in calls:
+            try:
+                outcomes.append(compiled(*arguments))
+            except AssertionError as error:
+                outcomes.append(str(error))
+        runs.append((outcomes, counter.frame_count, sum(counters["graph_break"].values())))
+    (expected, plain_graphs, plain_breaks), (outcomes, graphs, breaks) = runs
+    assert repr(outcomes) == repr(expected)
+    assert graphs <= plain_graphs and breaks <= plain_breaks
 
 
 CHAINED = """

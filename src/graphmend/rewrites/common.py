@@ -9,7 +9,8 @@ TorchDynamo traces them like any other global or local.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import copy
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -98,6 +99,14 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
             if isinstance(child, ast.expr) and child.end_lineno not in (None, child.lineno):
                 child.end_lineno, child.end_col_offset = child.lineno, child.col_offset
     return node
+
+
+def substituted(node: ast.AST, reads: Sequence[tuple[ast.AST, str]]) -> ast.AST:
+    """A copy of ``node`` in which each of its parts in ``reads`` (found by identity) is
+    a read of the name paired with it."""
+    # deepcopy's memo maps an object's id to its copy (the parts, held by ``reads``,
+    # keep their ids while it runs)
+    return copy.deepcopy(node, {id(part): load(name) for part, name in reads})
 
 
 def literal_format_spec(spec: ast.expr | None) -> str:

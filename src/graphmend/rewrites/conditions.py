@@ -35,6 +35,7 @@ from graphmend.rewrites.common import (
     make_function,
     runtime_call,
     store,
+    substituted,
     tuple_of,
 )
 
@@ -113,31 +114,43 @@ def jumps_moved_to_device(
 class Translation:
     """A condition translated for tracing."""
 
-    prelude: list[ast.stmt]  # statements to run first
-    condition: ast.expr  # then the condition, its tensor parts kept on the device
-    reads_host: bool  # whether the test as written reads a host value (``.item()``)
-    #: A test that is one comparison, or one host read, as written, with each operand
-    #: read from the name the condition bound it to (``_@gm_operand3.item() > lim``)
+    #: Statements to run first.
+    prelude: tuple[ast.stmt, ...]
+    #: Then the condition, its tensor parts kept on the device.
+    condition: ast.expr
+    #: Whether the test as written reads a host value (``.item()``).
+    reads_host: bool
+    #: A test that is one comparison or one host read (or ``not`` of one), as written,
+    #: each operand read from the local the condition bound it to
+    #: (``_@gm_operand3.item() > lim``).
     reread: ast.expr | None
+    #: Whether that comparison was made on the device (``runtime.compared_on_device``);
+    #: ``None``: where the condition's value is a tensor.
+    on_device: ast.expr | None
     #: The condition's name for the right sides of its ``and``/``or`` it evaluates ahead
-    #: of time, if any (``runtime.conditions.speculated``)
+    #: of time, if any (``runtime.conditions.speculated``).
     speculation: str | None
 
     def choice_on_host(self, evaluated: ast.expr) -> ast.expr:
         """The choice as the original makes it, given ``evaluated``, the condition's value,
-        where it is made on the host after all: the host value read again from the bound
-        operands, so that the graph breaks at a read, as the original's does, and the frame
-        resumes with the number read, as the original's (torch 2.13 treats a frame resumed
-        with a bool otherwise at a later break); where the test is more than one
-        comparison, the truth of ``evaluated`` read with ``host_truth`` (nothing the test
-        evaluated runs twice).  A comparison not made on the device is ``evaluated``.
-        Where a right side was evaluated ahead of time, ``keep_speculated_breaks(<name>)
-        or <choice>``: it may restart the analysis, that side read by the original's jump."""
+        where it is made on the host after all.  Where the comparison of a :attr:`reread`
+        test was made on the device, that test: the host value read from the bound
+        operands, a break at the read as the original's, and the frame resumes with the
+        number read, as the original's does; where it was made as the original makes it,
+        ``evaluated``, its result.  A longer test's truth is read with ``host_truth``
+        where it reads a host value: a break at a read too, not at a jump on a tensor
+        (nothing the test evaluated runs twice).  Where a right side was evaluated ahead
+        of time,
+        ``keep_speculated_breaks(<name>) or <choice>``: it may restart the analysis, that
+        side read by the original's jump."""
         if self.reread is not None:
+            made_on_device = (
+                copy.deepcopy(self.on_device)
+                if self.on_device is not None
+                else runtime_call("is_scalar_tensor", copy.deepcopy(evaluated))
+            )
             choice: ast.expr = ast.IfExp(
-                test=runtime_call("is_scalar_tensor", copy.deepcopy(evaluated)),
-                body=copy.deepcopy(self.reread),
-                orelse=copy.deepcopy(evaluated),
+                test=made_on_device, body=copy.deepcopy(self.reread), orelse=evaluated
             )
         else:
             choice = runtime_call("host_truth", evaluated) if self.reads_host else evaluated
@@ -167,9 +180,9 @@ class ConditionTranslator:
         self.prelude: list[ast.stmt] = []
         self._locals: set[str] = set()
         self._speculation: str | None = None  # the condition's name for its speculations
-        #: each operand of a host comparison and the local it is bound to (the node held,
-        #: so that its id stays its own)
+        #: each operand of a host comparison and the local it is bound to
         self._operands: list[tuple[ast.expr, str]] = []
+        self._on_device: ast.expr | None = None  # see Translation.on_device
 
     def _local(self, role: str) -> str:
         """A new injected name for a local the translation binds."""
@@ -181,7 +194,7 @@ class ConditionTranslator:
         """Statements to run first, and the condition with tensor parts kept on the device."""
         self.prelude = []
         self._operands = []
-        self._speculation = None
+        self._speculation = self._on_device = None
         translated = self._condition(condition)
         everything = ast.Module(body=[*self.prelude, ast.Expr(translated)], type_ignores=[])
         for node in ast.walk(everything):
@@ -190,27 +203,34 @@ class ConditionTranslator:
                     f"{ast.unparse(node)} reads a tensor on the host for something other than "
                     "a comparison or a truth test"
                 )
-        reads_host = any(self._is_host_read(node) for node in ast.walk(condition))
-        reread = self._reread(condition)
-        return Translation(self.prelude, translated, reads_host, reread, self._speculation)
+        return Translation(
+            tuple(self.prelude),
+            translated,
+            any(self._is_host_read(node) for node in ast.walk(condition)),
+            self._reread(condition),
+            self._on_device,
+            self._speculation,
+        )
 
     def _reread(self, test: ast.expr) -> ast.expr | None:
-        """``test``, one comparison or one host read, with each operand the translation
-        bound read from its local (see :meth:`Translation.choice_on_host`)."""
+        """``test``, one comparison or one host read (or ``not`` of one), with each operand
+        the translation bound read from its local (see :meth:`Translation.choice_on_host`)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            operand = self._reread(test.operand)
+            return None if operand is None else ast.UnaryOp(op=ast.Not(), operand=operand)
         single = (isinstance(test, ast.Compare) and len(test.ops) == 1) or self._is_host_read(test)
         if not single or not self._operands:
             return None
-        # deepcopy's memo maps an object's id to its copy: each bound operand is "copied"
-        # as a read of its local
-        return copy.deepcopy(test, {id(node): load(name) for node, name in self._operands})
+        return substituted(test, self._operands)  # type: ignore[return-value]
 
-    def _bound(self, operand: ast.expr) -> ast.expr:
-        """``(_@gm_operandN := operand)``, remembered for :meth:`_reread`; a constant as it is."""
+    def _bound(self, operand: ast.expr) -> tuple[ast.expr, ast.expr]:
+        """``(_@gm_operandN := operand)`` and a read of it, the operand remembered for
+        :meth:`_reread`; a constant as it is, twice."""
         if isinstance(operand, ast.Constant):
-            return copy.deepcopy(operand)
+            return copy.deepcopy(operand), copy.deepcopy(operand)
         name = self._local("operand")
         self._operands.append((operand, name))
-        return ast.NamedExpr(target=store(name), value=copy.deepcopy(operand))
+        return ast.NamedExpr(target=store(name), value=copy.deepcopy(operand)), load(name)
 
     def _condition(self, node: ast.expr) -> ast.expr:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -335,7 +355,9 @@ class ConditionTranslator:
             body,
             [],
         )
-        self._speculation = self._speculation or self.module.fresh_name("condition")
+        if self._speculation is None:  # unique in the process: a module's file and a name
+            identifier = self.module.fresh_identifier("condition")
+            self._speculation = f"{self.module.filename}:{identifier}"
         attempt = runtime_call(
             "speculated",
             ast.Constant(self.rewrite),
@@ -363,18 +385,19 @@ class ConditionTranslator:
         symbol = _COMPARISON_SYMBOLS.get(type(node.ops[0]))
         if symbol is None:
             raise Untranslatable(f"`{ast.unparse(node)}` compares host values by identity")
-        left, right = (
-            self._host_value(operand) if read else self._bound(operand)
+        (left, left_read), (right, right_read) = (
+            self._compared(operand) if read else self._bound(operand)
             for operand, read in zip(operands, host, strict=True)
         )
-        return runtime_call(
-            "compare",
-            left,
-            ast.Constant(symbol),
-            right,
-            ast.Constant(host[0]),
-            ast.Constant(host[1]),
-        )
+        flags = [ast.Constant(host[0]), ast.Constant(host[1])]
+        self._on_device = runtime_call("compared_on_device", left_read, right_read, *flags)
+        return runtime_call("compare", left, ast.Constant(symbol), right, *flags)
+
+    def _compared(self, call: ast.expr) -> tuple[ast.expr, ast.expr]:
+        """The host value of ``call`` as :meth:`_host_value` gives it, bound to a local,
+        and a read of that local."""
+        name = self._local("compared")
+        return ast.NamedExpr(target=store(name), value=self._host_value(call)), load(name)
 
     def _chained(self, node: ast.Compare) -> ast.expr:
         """``a < b < c``: ``a`` and ``b`` bound in that order, then ``a < b and b < c``
@@ -413,7 +436,7 @@ class ConditionTranslator:
             value, conversion = call.func.value, "item"
         else:
             value, conversion = call.args[0], call.func.id  # type: ignore[attr-defined]
-        return runtime_call("host_value", self._bound(value), ast.Constant(conversion))
+        return runtime_call("host_value", self._bound(value)[0], ast.Constant(conversion))
 
 
 def _as_written(op: ast.boolop, left: str, right: ast.expr) -> ast.If:

@@ -59,6 +59,7 @@ from graphmend.rewrites.common import (
     mangled,
     runtime_call,
     store,
+    substituted,
 )
 
 _FLAG_KEYWORDS = {"exc_info", "stack_info"}
@@ -412,10 +413,8 @@ class _Plan:
         """``site`` with each value read from the name that holds it: a break where the
         original's is (a ``%`` format of a tensor, which TorchDynamo cannot resume after,
         where the generated function's call is one it resumes after)."""
-        # deepcopy's memo maps an object's id to its copy: each value's expression is
-        # "copied" as a read of its name
-        held = {id(value.expr): load(name) for value, name in zip(self.values, names, strict=True)}
-        return copy.deepcopy(site, held)
+        held = [(value.expr, name) for value, name in zip(self.values, names, strict=True)]
+        return substituted(site, held)  # type: ignore[return-value]
 
     def _format_checks(self, values: list[ast.expr]) -> list[tuple[ast.expr, int]]:
         """The checks that the values, held by ``values``, take their formats, each with

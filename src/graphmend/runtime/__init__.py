@@ -15,6 +15,7 @@ from graphmend.runtime.attempts import keep_speculated_breaks
 from graphmend.runtime.conditions import (
     allclose,
     compare,
+    compared_on_device,
     contains,
     equal,
     host_truth,
@@ -62,6 +63,7 @@ __all__ = [
     "capture",
     "carriable",
     "compare",
+    "compared_on_device",
     "contains",
     "continuation",
     "deferred",

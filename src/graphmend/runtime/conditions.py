@@ -85,9 +85,9 @@ def speculated(
 ) -> tuple[Any] | None:
     """``function(*arguments)``, the right side of an ``and``/``or`` whose left side is a
     one-element tensor, in ``condition`` (its name), ``(value,)``, traced ahead of time
-    as an attempt (its failure,
-    or an operation in it that raises when it runs, is recorded for ``rewrite`` and taken
-    back, :func:`graphmend.runtime.attempts.speculate_or_none`); ``None`` where it fails or
+    as an attempt (its failure, or an operation in it that raises when it runs, is
+    recorded for ``rewrite`` and taken back:
+    :func:`graphmend.runtime.attempts.speculate_or_none`); ``None`` where it fails or
     gives a tensor of other than one element: Python evaluates it, and takes its truth,
     only where the left side says so, and so does the original's jump then.  Called
     only while tracing."""
@@ -153,15 +153,26 @@ def compare(left: Any, operator_symbol: str, right: Any, left_host: bool, right_
     back (the original graph break).
     """
     compare_values = _COMPARISONS[operator_symbol]
-    sides = ((left, left_host), (right, right_host))
-    dtype = torch.float64 if _is_floating(left) or _is_floating(right) else torch.int64
-    if (
-        not any(is_scalar_tensor(value) for value, _ in sides)
-        or not all(_is_number(value, host) for value, host in sides)
-        or not all(_exactly_as(value, dtype) for value, _ in sides)
-    ):
+    if not compared_on_device(left, right, left_host, right_host):
         return compare_values(_on_host(left, left_host), _on_host(right, right_host))
+    dtype = _common_dtype(left, right)
     return compare_values(_as(left, dtype), _as(right, dtype))
+
+
+def compared_on_device(left: Any, right: Any, left_host: bool, right_host: bool) -> bool:
+    """Whether :func:`compare` given these compares them on the device (else as the
+    original did, on the host)."""
+    sides = ((left, left_host), (right, right_host))
+    dtype = _common_dtype(left, right)
+    return (
+        any(is_scalar_tensor(value) for value, _ in sides)
+        and all(_is_number(value, host) for value, host in sides)
+        and all(_exactly_as(value, dtype) for value, _ in sides)
+    )
+
+
+def _common_dtype(left: Any, right: Any) -> torch.dtype:
+    return torch.float64 if _is_floating(left) or _is_floating(right) else torch.int64
 
 
 def _is_number(value: Any, host: bool) -> bool:
