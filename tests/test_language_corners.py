@@ -714,6 +714,43 @@ def test_a_host_read_not_compared_on_the_device_is_read_as_the_original_reads_it
     assert graphs <= plain_graphs and breaks <= plain_breaks
 
 
+EQUAL_BEFORE_A_LOOP = """
+import torch
+
+
+def equal_then_loop(x):
+    h = x * 2
+    torch._dynamo.graph_break()
+    if torch.equal(h, h.abs()):
+        h = h + x
+    for _ in range(3):
+        if h.sum() > 3.0:  # a break in a loop: the frame it is in is given up
+            continue
+    return h
+"""
+
+
+def test_a_kept_torch_equal_breaks_at_the_read_as_the_original_does(load_both):
+    """Where the choice of ``if torch.equal(...)`` is made on the host after all, it reads
+    ``torch.equal`` again from the bound operands: a break at the call, as the original's,
+    which resumes with the bool.  Read as the truth of the tensor GraphMend computed,
+    the break was at the jump, whose two targets each became a frame TorchDynamo then
+    gave up (one more than plain; found by helper hgen5)."""
+    plain, rewritten = load_both(EQUAL_BEFORE_A_LOOP)
+    runs = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        counters.clear()
+        counter = CompileCounter()
+        compiled = torch.compile(module.equal_then_loop, backend=counter)
+        results = [compiled(torch.tensor(v)) for v in ([1.0, 2.0], [-1.0, 2.0], [3.0, 1.0])]
+        frames = counters["frames"]
+        runs.append((results, counter.frame_count, frames["total"] - frames["ok"]))
+    (expected, plain_graphs, plain_given_up), (results, graphs, given_up) = runs
+    assert all(map(torch.equal, results, expected))
+    assert (graphs, given_up) == (plain_graphs, plain_given_up)
+
+
 CHAINED = """
 import torch
 

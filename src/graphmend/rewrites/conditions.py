@@ -88,7 +88,8 @@ def jumps_moved_to_device(
     on the host, a jump on what ``may_be_tensor`` (``not t``, ``t and b`` with ``b``
     pure, ``a < t < c``) or a read of a tensor (``torch.equal``): where the truth is
     read on the host after all, it breaks the graph there, as the original does (a
-    host read GraphMend translates is read again by :meth:`Translation.choice_on_host`)."""
+    host read or a ``torch.equal`` GraphMend translates is read again by
+    :meth:`Translation.choice_on_host`)."""
     for node in ast.walk(test):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             if may_be_tensor(node.operand):
@@ -120,9 +121,9 @@ class Translation:
     condition: ast.expr
     #: Whether the test as written reads a host value (``.item()``).
     reads_host: bool
-    #: A test that is one comparison or one host read (or ``not`` of one), as written,
-    #: each operand read from the local the condition bound it to
-    #: (``_@gm_operand3.item() > lim``).
+    #: A test that is one comparison, one host read or one ``torch.equal``/``allclose``
+    #: (or ``not`` of one), as written, each operand read from the local the condition
+    #: bound it to (``_@gm_operand3.item() > lim``).
     reread: ast.expr | None
     #: Whether that comparison was made on the device (``runtime.compared_on_device``);
     #: ``None``: where the condition's value is a tensor.
@@ -213,12 +214,17 @@ class ConditionTranslator:
         )
 
     def _reread(self, test: ast.expr) -> ast.expr | None:
-        """``test``, one comparison or one host read (or ``not`` of one), with each operand
-        the translation bound read from its local (see :meth:`Translation.choice_on_host`)."""
+        """``test``, one comparison, one host read or one read of tensors GraphMend keeps
+        on the device (``torch.equal``), or ``not`` of one, with each operand the
+        translation bound read from its local (see :meth:`Translation.choice_on_host`)."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             operand = self._reread(test.operand)
             return None if operand is None else ast.UnaryOp(op=ast.Not(), operand=operand)
-        single = (isinstance(test, ast.Compare) and len(test.ops) == 1) or self._is_host_read(test)
+        single = (
+            (isinstance(test, ast.Compare) and len(test.ops) == 1)
+            or self._is_host_read(test)
+            or self._on_device_read(test) is not None
+        )
         if not single or not self._operands:
             return None
         return substituted(test, self._operands)  # type: ignore[return-value]
@@ -419,13 +425,26 @@ class ConditionTranslator:
     def _call(self, node: ast.Call) -> ast.expr | None:
         if self._is_host_read(node):
             return self._host_value(node)
-        name = qualified_name(node.func, self.scopes, self.functions)
-        helper = _ON_DEVICE.get(name or "")
+        helper = self._on_device_read(node)
         if helper is None:
             return None
-        call = runtime_call(helper, *(copy.deepcopy(arg) for arg in node.args))
-        call.keywords = [copy.deepcopy(keyword) for keyword in node.keywords]
+        if any(isinstance(arg, ast.Starred) for arg in node.args):
+            call = runtime_call(helper, *(copy.deepcopy(arg) for arg in node.args))
+            call.keywords = [copy.deepcopy(keyword) for keyword in node.keywords]
+            return call  # nothing bound: not read again (see _reread)
+        call = runtime_call(helper, *(self._bound(arg)[0] for arg in node.args))
+        call.keywords = [
+            ast.keyword(arg=keyword.arg, value=self._bound(keyword.value)[0])
+            for keyword in node.keywords
+        ]
         return call
+
+    def _on_device_read(self, node: ast.AST) -> str | None:
+        """The runtime's on-device form of ``node`` if it is a call of a read of tensors
+        kept on the device (``torch.equal`` -> ``equal``), else ``None``."""
+        if not isinstance(node, ast.Call):
+            return None
+        return _ON_DEVICE.get(qualified_name(node.func, self.scopes, self.functions) or "")
 
     def _is_host_read(self, node: ast.AST) -> bool:
         return isinstance(node, ast.Call) and is_host_conversion(node, self.scopes, self.functions)
