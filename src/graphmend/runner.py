@@ -269,12 +269,11 @@ def report_uncaught(run: Callable[[], T]) -> T:
 
 def run_main(run: Callable[[], object]) -> None:
     """``run()``, the user's ``__main__``, ended as the interpreter ends it
-    (:func:`report_uncaught`).  Under ``python -i``, as ``python -i script.py`` ends it:
-    an uncaught exception, ``SystemExit`` and ``KeyboardInterrupt`` included, is shown,
-    and nothing is raised, so that the prompt follows in the script's namespace with the
-    script's error for ``pdb.pm()`` (``SystemExit(1)`` would be shown too, with
-    GraphMend's frames, and be what ``pdb.pm()`` debugs).  Under a debugger (``python -m
-    pdb -m graphmend run``), the exception is raised as it is, for its post-mortem."""
+    (:func:`report_uncaught`).  Under ``python -i`` an uncaught exception (``SystemExit``
+    and ``KeyboardInterrupt`` included) is shown and not raised, as after ``python -i
+    script.py``: the prompt follows in the script's namespace, and ``pdb.pm()`` debugs
+    the script's error.  Under a debugger (``python -m pdb -m graphmend run``) it is
+    raised as it is, for the debugger's post-mortem."""
     if debugged():
         run()
     elif sys.flags.inspect:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -664,12 +665,12 @@ def _speculate(
     arguments_variable: Any,
 ) -> Any:
     """Asked while TorchDynamo traces :func:`speculate_or_none`."""
-    result, site, attempt = _attempt(tracer, rewrite_variable, function, arguments_variable)
-    if result is not None and site is not None and attempt is not None and attempt.left_guards():
+    traced = _attempt(tracer, rewrite_variable, function, arguments_variable)
+    if traced.result is not None and traced.attempt is not None and traced.attempt.left_guards():
         guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
-        guarded.setdefault(condition_variable.as_python_constant(), []).append(site)
+        guarded.setdefault(condition_variable.as_python_constant(), []).append(traced.site)
         setattr(tracer.output, _GUARDED_CONDITIONS, guarded)
-    return result
+    return traced.result
 
 
 def keep_speculated_breaks(condition: str) -> None:
@@ -677,8 +678,8 @@ def keep_speculated_breaks(condition: str) -> None:
     break): restart the analysis if evaluating a right side of it ahead of time left
     guards, that speculation keeping the original's jump.  The original reads that side
     only after its jump on the left side, a graph break: the frame would guard on what
-    plain compile's frame never reads (the cache ChatGLM's ``or`` tests, recompiled as it
-    grows).  Called only while tracing."""
+    plain compile's frame never reads, and compile again when it changes.  Called only
+    while tracing."""
     ask_tracer(_keep_speculated_breaks, None, condition)
 
 
@@ -696,14 +697,22 @@ def _keep_speculated_breaks(tracer: Any, condition_variable: Any) -> None:
 
 def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any) -> Any:
     """Asked while TorchDynamo traces :func:`call_or_none`: the result's variable."""
-    return _attempt(tracer, rewrite_variable, function, arguments_variable)[0]
+    return _attempt(tracer, rewrite_variable, function, arguments_variable).result
 
 
-def _attempt(
-    tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any
-) -> tuple[Any, Site | None, Attempt | None]:
-    """``function(*arguments)`` traced as an attempt: the result's variable (``None``
-    where it failed, undone and recorded), the site's log entry and the attempt."""
+@dataclass(frozen=True)
+class _Traced:
+    """What :func:`_attempt` traced: the result's variable (``None`` where the attempt
+    failed, undone and recorded), and the site's log entry and the attempt (``None`` on
+    a torch release whose tracer lacks what they read)."""
+
+    result: Any
+    site: Site | None = None
+    attempt: Attempt | None = None
+
+
+def _attempt(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any) -> _Traced:
+    """``function(*arguments)`` traced as an attempt."""
     rewrite = "predicate"  # until asked of TorchDynamo, in the try below
     try:
         rewrite = rewrite_variable.as_python_constant()
@@ -713,11 +722,11 @@ def _attempt(
         site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(tracer, rewrite, f"this torch release is not supported ({error})")
-        return None, None, None
+        return _Traced(None)
     kept = site.kept_break()
     if kept is not None:
         record_at(tracer, rewrite, kept)
-        return None, site, attempt
+        return _Traced(None, site, attempt)
     try:
         result = tracer.inline_user_function_return(function, list(arguments), {})
     except tracer_control():
@@ -725,14 +734,14 @@ def _attempt(
     except Exception as error:
         reason = f"a branch cannot be traced: {first_line(error)}"
         site.abandon(tracer, rewrite, attempt, reason)
-        return None, site, attempt
+        return _Traced(None, site, attempt)
     reason = _why_branch_acts(attempt, versions)
     if reason is not None:
         site.abandon(tracer, rewrite, attempt, reason)
-        return None, site, attempt
+        return _Traced(None, site, attempt)
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
-    return result, site, attempt
+    return _Traced(result, site, attempt)
 
 
 def _why_branch_acts(attempt: Attempt, versions: dict[Any, int]) -> str | None:
