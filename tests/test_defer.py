@@ -11,12 +11,11 @@ import warnings
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
-from torch._dynamo.utils import counters
 
 from graphmend import GraphMendWarning
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
-from helpers.graphs import compile_and_run
+from helpers.graphs import compile_and_call, compile_and_run
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
 
@@ -1183,14 +1182,8 @@ def test_a_kept_call_breaks_where_the_original_does(load_both, capsys):
     rows = [[2.0, 1.0, 0.0, -3.0], [1.0, -1.0, -3.0, -1.0], [2.0, 0.25, 4.0, 0.25]]
     observed = []
     for module in (plain, mended):
-        torch._dynamo.reset()
-        counters.clear()
-        counter = CompileCounter()
-        compiled = torch.compile(module.f, backend=counter)
-        results = [compiled(torch.tensor(row), 1) for row in rows]
-        frames = counters["frames"]
-        given_up = frames["total"] - frames["ok"]
-        observed.append((counter.frame_count, given_up, capsys.readouterr().out, results))
+        calls = compile_and_call(module.f, [(torch.tensor(row), 1) for row in rows])
+        observed.append((calls.graphs, calls.given_up, capsys.readouterr().out, calls.results))
     (graphs, given_up, printed, results), expected = observed[1], observed[0]
     assert (graphs, given_up, printed) == expected[:3]
     assert all(torch.equal(a, b) for a, b in zip(results, expected[3], strict=True))

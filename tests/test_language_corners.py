@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
-from helpers.graphs import compile_and_run
+from helpers.graphs import compile_and_call, compile_and_run
 
 POSITIVE = torch.tensor([1.0, -2.0, 4.0])
 NEGATIVE = torch.tensor([-5.0, 1.0, 0.5])
@@ -737,18 +737,11 @@ def test_a_kept_torch_equal_breaks_at_the_read_as_the_original_does(load_both):
     the break was at the jump, whose two targets each became a frame TorchDynamo then
     gave up (one more than plain; found by helper hgen5)."""
     plain, rewritten = load_both(EQUAL_BEFORE_A_LOOP)
-    runs = []
-    for module in (plain, rewritten):
-        torch._dynamo.reset()
-        counters.clear()
-        counter = CompileCounter()
-        compiled = torch.compile(module.equal_then_loop, backend=counter)
-        results = [compiled(torch.tensor(v)) for v in ([1.0, 2.0], [-1.0, 2.0], [3.0, 1.0])]
-        frames = counters["frames"]
-        runs.append((results, counter.frame_count, frames["total"] - frames["ok"]))
-    (expected, plain_graphs, plain_given_up), (results, graphs, given_up) = runs
-    assert all(map(torch.equal, results, expected))
-    assert (graphs, given_up) == (plain_graphs, plain_given_up)
+    calls = [(torch.tensor(v),) for v in ([1.0, 2.0], [-1.0, 2.0], [3.0, 1.0])]
+    expected = compile_and_call(plain.equal_then_loop, calls)
+    observed = compile_and_call(rewritten.equal_then_loop, calls)
+    assert all(map(torch.equal, observed.results, expected.results))
+    assert (observed.graphs, observed.given_up) == (expected.graphs, expected.given_up)
 
 
 CHAINED = """
