@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -186,53 +187,49 @@ def test_two_releases_of_graphmend_keep_an_entry_each(cache_dir, module_file, mo
         graphmend_fingerprint.cache_clear()
 
 
-def test_an_editors_lock_file_beside_graphmends_modules_breaks_no_import(
-    cache_dir, module_file, tmp_path, monkeypatch
-):
-    # Emacs locks a file it edits with a dangling symbolic link ``.#name.py`` beside it:
-    # in an editable checkout of GraphMend, hashing it failed every claimed import.
+@pytest.fixture
+def graphmend_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A copy of GraphMend's package, which the fingerprint reads instead of its own."""
     copy = tmp_path / "checkout" / "graphmend"
     shutil.copytree(Path(graphmend.__file__).parent, copy, ignore=shutil.ignore_patterns("*.pyc"))
     monkeypatch.setattr(graphmend, "__file__", str(copy / "__init__.py"))
-    try:
-        graphmend_fingerprint.cache_clear()
-        before = graphmend_fingerprint()
-        (copy / ".#cache.py").symlink_to("user@host.1234:1700000000")
-        graphmend_fingerprint.cache_clear()
-        assert graphmend_fingerprint() == before
-        assert _build(cache_dir, module_file).status is Status.REWRITTEN
-        assert len(_entries(cache_dir)) == 1
-    finally:
-        monkeypatch.undo()
-        graphmend_fingerprint.cache_clear()
+    graphmend_fingerprint.cache_clear()
+    fingerprint_still_holds.cache_clear()
+    yield copy
+    monkeypatch.undo()
+    graphmend_fingerprint.cache_clear()
+    fingerprint_still_holds.cache_clear()
+
+
+def test_an_editors_lock_file_beside_graphmends_modules_breaks_no_import(
+    cache_dir, module_file, graphmend_checkout
+):
+    # Emacs locks a file it edits with a dangling symbolic link ``.#name.py`` beside it:
+    # in an editable checkout of GraphMend, hashing it failed every claimed import.
+    before = graphmend_fingerprint()
+    (graphmend_checkout / ".#cache.py").symlink_to("user@host.1234:1700000000")
+    graphmend_fingerprint.cache_clear()
+    assert graphmend_fingerprint() == before
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+    assert len(_entries(cache_dir)) == 1
 
 
 def test_code_rewritten_after_graphmend_changed_on_disk_is_not_stored(
-    cache_dir, module_file, tmp_path, monkeypatch
+    cache_dir, module_file, graphmend_checkout
 ):
     # A process keys its entries with the fingerprint read at its first claimed import
     # (a hit), and loads the rewrites at its first miss: after an upgrade in between, the
     # new release's code was stored under the old release's key, which processes of the
     # old release then loaded (found by helper hhook)
-    copy = tmp_path / "checkout" / "graphmend"
-    shutil.copytree(Path(graphmend.__file__).parent, copy, ignore=shutil.ignore_patterns("*.pyc"))
-    monkeypatch.setattr(graphmend, "__file__", str(copy / "__init__.py"))
-    try:
-        graphmend_fingerprint.cache_clear()
-        fingerprint_still_holds.cache_clear()
-        graphmend_fingerprint()  # the first claimed import
-        with (copy / "pipeline.py").open("a") as pipeline:
-            pipeline.write("# another release\n")
-        assert _build(cache_dir, module_file).status is Status.REWRITTEN
-        assert _entries(cache_dir) == []
-        graphmend_fingerprint.cache_clear()  # a process started after the upgrade
-        fingerprint_still_holds.cache_clear()
-        assert _build(cache_dir, module_file).status is Status.REWRITTEN
-        assert len(_entries(cache_dir)) == 1
-    finally:
-        monkeypatch.undo()
-        graphmend_fingerprint.cache_clear()
-        fingerprint_still_holds.cache_clear()
+    graphmend_fingerprint()  # the first claimed import
+    with (graphmend_checkout / "pipeline.py").open("a") as pipeline:
+        pipeline.write("# another release\n")
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+    assert _entries(cache_dir) == []
+    graphmend_fingerprint.cache_clear()  # a process started after the upgrade
+    fingerprint_still_holds.cache_clear()
+    assert _build(cache_dir, module_file).status is Status.REWRITTEN
+    assert len(_entries(cache_dir)) == 1
 
 
 def test_graphmend_source_that_cannot_be_read_turns_the_cache_off_not_the_import(
