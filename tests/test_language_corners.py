@@ -714,6 +714,74 @@ def test_a_host_read_not_compared_on_the_device_is_read_as_the_original_reads_it
     assert graphs <= plain_graphs and breaks <= plain_breaks
 
 
+READS_OF_TWO = """
+import torch
+
+calls = []
+
+
+class Meter:
+    def item(self):
+        calls.append("item")
+        return 2.0
+
+
+meter = Meter()
+
+
+def of_a_tensor_and_an_object(x):
+    h = x * 2
+    if x.sum().item() > meter.item():
+        h = torch.cat([h, h])  # shapes differ: the site keeps its break while tracing
+    return h, len(calls)
+
+
+def equal_by_keyword(x, y):
+    h = x * 2
+    if torch.equal(input=x, other=y):
+        h = torch.cat([h, h])
+    if torch.allclose(input=x, other=y, atol=0.1):
+        h = h + 1
+    return h
+
+
+def close_within(x, y, t):
+    h = x * 2
+    if torch.allclose(x, y, atol=t):
+        h = torch.cat([h, h])
+    return h
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "calls"),
+    [
+        ("of_a_tensor_and_an_object", [(torch.tensor([v, 1.0]),) for v in (0.0, 3.0, 0.5)]),
+        ("equal_by_keyword", [(torch.ones(2), torch.ones(2)), (torch.ones(2), torch.zeros(2))]),
+        (
+            "close_within",
+            [(torch.ones(2), torch.ones(2), 0.5), (torch.ones(2), torch.zeros(2), -1.0)],
+        ),
+    ],
+)
+def test_reads_of_two_values_compiled_give_what_the_original_gives(load_both, name, calls):
+    """What a read of two values on the device (a comparison of two host reads,
+    ``torch.equal``, ``torch.allclose``) is given is what the original is given, read as
+    often (found by helper hgen6): an object's own ``item()`` on the other side of a
+    tensor's was called again where the choice was made on the host (6 calls against
+    3); ``torch.equal(input=x, other=y)`` raised ``TypeError`` compiled; and
+    ``allclose`` with a negative ``atol`` raised TorchDynamo's ``TorchRuntimeError``
+    where the original raises ``RuntimeError``."""
+    plain, rewritten = load_both(READS_OF_TWO)
+    runs = []
+    for module in (plain, rewritten):
+        module.calls.clear()
+        torch._dynamo.reset()
+        compiled = torch.compile(getattr(module, name), backend="eager")
+        runs.append([_outcome(compiled, *arguments) for arguments in calls])
+    assert repr(runs[1]) == repr(runs[0])
+
+
 EQUAL_BEFORE_A_LOOP = """
 import torch
 

@@ -104,9 +104,18 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
 def substituted(node: ast.AST, reads: Sequence[tuple[ast.AST, str]]) -> ast.AST:
     """A copy of ``node`` in which each of its parts in ``reads`` (found by identity) is
     a read of the name paired with it."""
-    # deepcopy's memo maps an object's id to its copy (the parts, held by ``reads``,
-    # keep their ids while it runs)
-    return copy.deepcopy(node, {id(part): load(name) for part, name in reads})
+    return replaced(node, [(part, load(name)) for part, name in reads])
+
+
+def replaced(node: ast.AST, replacements: Sequence[tuple[ast.AST, ast.AST]]) -> ast.AST:
+    """A copy of ``node`` in which each of its parts in ``replacements`` (found by
+    identity) is the node paired with it (the first pairing of a part counts)."""
+    # deepcopy's memo maps an object's id to its copy (the parts, held by
+    # ``replacements``, keep their ids while it runs)
+    memo: dict[int, ast.AST] = {}
+    for part, replacement in replacements:
+        memo.setdefault(id(part), replacement)
+    return copy.deepcopy(node, memo)
 
 
 def literal_format_spec(spec: ast.expr | None) -> str:

@@ -33,6 +33,7 @@ from graphmend.rewrites.common import (
     ModuleContext,
     load,
     make_function,
+    replaced,
     runtime_call,
     store,
     substituted,
@@ -47,7 +48,32 @@ _COMPARISON_SYMBOLS: dict[type[ast.cmpop], str] = {
     ast.Gt: ">",
     ast.GtE: ">=",
 }
-_ON_DEVICE = {"torch.equal": "equal", "torch.allclose": "allclose"}
+#: Reads of tensors kept on the device, by the runtime's form of each, and the keywords
+#: a call of it may pass (a call passing others, its tensors by keyword included, is
+#: left as it is: the runtime's forms take the tensors by position).
+_ON_DEVICE: dict[str, tuple[str, frozenset[str]]] = {
+    "torch.equal": ("equal", frozenset()),
+    "torch.allclose": ("allclose", frozenset({"rtol", "atol", "equal_nan"})),
+}
+#: How many arguments the calls of :data:`_ON_DEVICE` take by position, at most.
+_MOST_POSITIONAL = {"equal": 2, "allclose": 5}
+
+
+def on_device_form(node: ast.AST, scopes: ModuleScopes, functions: Sequence[ast.AST]) -> str | None:
+    """The runtime's on-device form of ``node`` (``torch.equal(a, b)`` -> ``equal``) if
+    it is a read of tensors GraphMend keeps on the device, called in a way that form
+    takes (both tensors by position, nothing unpacked), else ``None``."""
+    if not isinstance(node, ast.Call):
+        return None
+    form, keywords = _ON_DEVICE.get(qualified_name(node.func, scopes, functions) or "", ("", ()))
+    if (
+        not form
+        or not 2 <= len(node.args) <= _MOST_POSITIONAL[form]
+        or any(isinstance(arg, ast.Starred) for arg in node.args)
+        or any(keyword.arg not in keywords for keyword in node.keywords)
+    ):
+        return None
+    return form
 
 
 class Untranslatable(Decline):
@@ -103,10 +129,7 @@ def jumps_moved_to_device(
             jumps = any(map(may_be_tensor, node.values[:-1]))
             if jumps and speculation_problem(rest_node, scopes, functions) is None:
                 return True
-        elif (
-            isinstance(node, ast.Call)
-            and qualified_name(node.func, scopes, functions) in _ON_DEVICE
-        ):
+        elif on_device_form(node, scopes, functions) is not None:
             return True
     return False
 
@@ -183,6 +206,8 @@ class ConditionTranslator:
         self._speculation: str | None = None  # the condition's name for its speculations
         #: each operand of a host comparison and the local it is bound to
         self._operands: list[tuple[ast.expr, str]] = []
+        #: each host read compared, and the local its value (``host_value``'s) is bound to
+        self._compared_reads: list[tuple[ast.expr, str]] = []
         self._on_device: ast.expr | None = None  # see Translation.on_device
 
     def _local(self, role: str) -> str:
@@ -195,6 +220,7 @@ class ConditionTranslator:
         """Statements to run first, and the condition with tensor parts kept on the device."""
         self.prelude = []
         self._operands = []
+        self._compared_reads = []
         self._speculation = self._on_device = None
         translated = self._condition(condition)
         everything = ast.Module(body=[*self.prelude, ast.Expr(translated)], type_ignores=[])
@@ -223,11 +249,25 @@ class ConditionTranslator:
         single = (
             (isinstance(test, ast.Compare) and len(test.ops) == 1)
             or self._is_host_read(test)
-            or self._on_device_read(test) is not None
+            or on_device_form(test, self.scopes, self.functions) is not None
         )
         if not single or not self._operands:
             return None
-        return substituted(test, self._operands)  # type: ignore[return-value]
+        # a host read compared is read again only where it was kept on the device: one
+        # converted on the host (an object's own item(), int() of a float) is its value
+        kept = [
+            (
+                read,
+                ast.IfExp(
+                    test=runtime_call("is_scalar_tensor", load(name)),
+                    body=substituted(read, self._operands),
+                    orelse=load(name),
+                ),
+            )
+            for read, name in self._compared_reads
+        ]
+        operands = [(operand, load(name)) for operand, name in self._operands]
+        return replaced(test, [*kept, *operands])  # type: ignore[return-value]
 
     def _bound(self, operand: ast.expr) -> tuple[ast.expr, ast.expr]:
         """``(_@gm_operandN := operand)`` and a read of it, the operand remembered for
@@ -403,6 +443,7 @@ class ConditionTranslator:
         """The host value of ``call`` as :meth:`_host_value` gives it, bound to a local,
         and a read of that local."""
         name = self._local("compared")
+        self._compared_reads.append((call, name))
         return ast.NamedExpr(target=store(name), value=self._host_value(call)), load(name)
 
     def _chained(self, node: ast.Compare) -> ast.expr:
@@ -425,26 +466,15 @@ class ConditionTranslator:
     def _call(self, node: ast.Call) -> ast.expr | None:
         if self._is_host_read(node):
             return self._host_value(node)
-        helper = self._on_device_read(node)
-        if helper is None:
+        form = on_device_form(node, self.scopes, self.functions)
+        if form is None:
             return None
-        if any(isinstance(arg, ast.Starred) for arg in node.args):
-            call = runtime_call(helper, *(copy.deepcopy(arg) for arg in node.args))
-            call.keywords = [copy.deepcopy(keyword) for keyword in node.keywords]
-            return call  # nothing bound: not read again (see _reread)
-        call = runtime_call(helper, *(self._bound(arg)[0] for arg in node.args))
+        call = runtime_call(form, *(self._bound(arg)[0] for arg in node.args))
         call.keywords = [
             ast.keyword(arg=keyword.arg, value=self._bound(keyword.value)[0])
             for keyword in node.keywords
         ]
         return call
-
-    def _on_device_read(self, node: ast.AST) -> str | None:
-        """The runtime's on-device form of ``node`` if it is a call of a read of tensors
-        kept on the device (``torch.equal`` -> ``equal``), else ``None``."""
-        if not isinstance(node, ast.Call):
-            return None
-        return _ON_DEVICE.get(qualified_name(node.func, self.scopes, self.functions) or "")
 
     def _is_host_read(self, node: ast.AST) -> bool:
         return isinstance(node, ast.Call) and is_host_conversion(node, self.scopes, self.functions)

@@ -240,10 +240,22 @@ def equal(left: Any, right: Any) -> Any:
     return (left == right).all()
 
 
-def allclose(left: Any, right: Any, *args: Any, **kwargs: Any) -> Any:
-    """``torch.allclose``: the very ``isclose(...).all()`` it computes, kept on the device."""
-    if not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor)):
-        return torch.allclose(left, right, *args, **kwargs)
-    if left.dtype != right.dtype or left.device != right.device:
-        return torch.allclose(left, right, *args, **kwargs)  # raises, as the original does
-    return torch.isclose(left, right, *args, **kwargs).all()
+def allclose(
+    left: Any, right: Any, rtol: Any = 1e-05, atol: Any = 1e-08, equal_nan: Any = False
+) -> Any:
+    """``torch.allclose``: the very ``isclose(...).all()`` it computes, kept on the device;
+    anything it would refuse (tensors of other dtypes or devices, a tolerance that is not
+    a number at least 0) is ``torch.allclose``'s, which raises as the original does."""
+    if (
+        not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor))
+        or left.dtype != right.dtype
+        or left.device != right.device
+        or not all(_is_tolerance(tolerance) for tolerance in (rtol, atol))
+        or type(equal_nan) is not bool
+    ):
+        return torch.allclose(left, right, rtol, atol, equal_nan)
+    return torch.isclose(left, right, rtol, atol, equal_nan).all()
+
+
+def _is_tolerance(value: Any) -> bool:
+    return type(value) in (int, float) and value >= 0
