@@ -65,6 +65,7 @@ class Attempt:
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
         self.installed = self._installed()
+        self.guard_set = set(tracer.output.guards)
         self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
         self.on_break = len(getattr(tracer.output, _ON_BREAK, ()))
@@ -81,6 +82,17 @@ class Attempt:
         """Whether the attempt installed guards or added graph inputs, which
         :meth:`undo` cannot take back."""
         return self._installed() != self.installed
+
+    def guarded_frame_values(self) -> bool:
+        """Whether the attempt installed a guard on a value the frame is given (an
+        argument or what is reached from one), a size guard, or added a graph input: a
+        guard of a global (``torch.all`` is the builtin) holds whatever the call."""
+        if self._installed()[1:] != self.installed[1:]:
+            return True
+        return any(
+            _from_the_frame(guard.originating_source)
+            for guard in set(self.tracer.output.guards) - self.guard_set
+        )
 
     def added(self, target: Any = None) -> list[Any]:
         """The nodes the attempt added, in graph order (those calling ``target``)."""
@@ -255,6 +267,15 @@ def _unmarked(source: Any) -> Any:
     while _marks_a_module(source):
         source = source.base
     return source
+
+
+def _from_the_frame(source: Any) -> bool:
+    """Whether ``source`` reaches a value from a local of the frame (an argument)."""
+    from torch._dynamo import source as sources
+
+    while not isinstance(source, sources.LocalSource) and hasattr(source, "base"):
+        source = source.base
+    return isinstance(source, sources.LocalSource)
 
 
 def _no_attribute(source: Any) -> bool:
@@ -666,7 +687,8 @@ def _speculate(
 ) -> Any:
     """Asked while TorchDynamo traces :func:`speculate_or_none`."""
     traced = _attempt(tracer, rewrite_variable, function, arguments_variable)
-    if traced.result is not None and traced.attempt is not None and traced.attempt.left_guards():
+    attempt = traced.attempt
+    if traced.result is not None and attempt is not None and attempt.guarded_frame_values():
         guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
         guarded.setdefault(condition_variable.as_python_constant(), []).append(traced.site)
         setattr(tracer.output, _GUARDED_CONDITIONS, guarded)
