@@ -812,6 +812,69 @@ def test_a_kept_torch_equal_breaks_at_the_read_as_the_original_does(load_both):
     assert (observed.graphs, observed.given_up) == (expected.graphs, expected.given_up)
 
 
+HOST_READ_OR_MORE = """
+import torch
+
+
+class Cache:
+    def __init__(self):
+        self.store = {}
+
+    def has(self, key):
+        return key in self.store
+
+
+class Meter:
+    def __float__(self):
+        return 0.5
+
+
+cache, meter = Cache(), Meter()
+
+
+def or_a_method(x, t, cache=cache):
+    h = x * 2
+    if x[0, 0].item() >= t or cache.has("k") and h.shape[0] == 2:
+        h = torch.cat([h, h])  # shapes differ: the site keeps its break while tracing
+    for _ in range(3):
+        if h.sum() > -2.0:  # a break in a loop: the frame it is in is given up
+            break
+        h = h + 1
+    return h
+
+
+def raised_or_an_object(x, t, meter=meter):
+    h = x * 2
+    if x[0, 0].item() < t or float(meter) > 0:
+        raise ValueError("guard")
+    return h
+"""
+
+
+@pytest.mark.parametrize("name", ["or_a_method", "raised_or_an_object"])
+def test_a_host_read_left_of_an_or_breaks_at_the_read_as_the_original_does(load_both, name):
+    """The left side of an ``and``/``or`` whose right side is not evaluated ahead of time,
+    one comparison of a host read, has its truth taken where the original takes it: read
+    again from its operands, a break at the read, which resumes with the number.  Taken
+    as the truth of the comparison made on the device, the break was at a jump, whose
+    targets each became a frame (one more break and one more frame given up than plain;
+    found by helper hgen6)."""
+    plain, rewritten = load_both(HOST_READ_OR_MORE)
+    calls = [(torch.tensor([[v, 2.0], [0.5, -1.0]]), 0.0) for v in (1.0, -1.0, 1.0)]
+    outcomes = []
+    for module in (plain, rewritten):
+        torch._dynamo.reset()
+        counters.clear()
+        counter = CompileCounter()
+        compiled = torch.compile(getattr(module, name), backend=counter)
+        results = [_outcome(compiled, *arguments) for arguments in calls]
+        frames = counters["frames"]
+        outcomes.append((repr(results), counter.frame_count, frames["total"] - frames["ok"]))
+    (expected, plain_graphs, plain_given_up), (results, graphs, given_up) = outcomes
+    assert results == expected
+    assert graphs <= plain_graphs and given_up <= plain_given_up
+
+
 CHAINED = """
 import torch
 

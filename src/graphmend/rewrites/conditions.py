@@ -76,6 +76,11 @@ def on_device_form(node: ast.AST, scopes: ModuleScopes, functions: Sequence[ast.
     return form
 
 
+#: The attribute that marks the nodes of a test the translation reads again on purpose
+#: (``Translation.choice_on_host``), host reads included.
+_READ_AGAIN = "graphmend_read_again"
+
+
 class Untranslatable(Decline):
     """A condition whose host reads cannot be kept on the device exactly."""
 
@@ -208,7 +213,11 @@ class ConditionTranslator:
         self._operands: list[tuple[ast.expr, str]] = []
         #: each host read compared, and the local its value (``host_value``'s) is bound to
         self._compared_reads: list[tuple[ast.expr, str]] = []
-        self._on_device: ast.expr | None = None  # see Translation.on_device
+        #: the tests whose operands the translation bound, by id: comparisons of host
+        #: reads, host reads, reads kept on the device (see _reread)
+        self._rereadable: set[int] = set()
+        #: each comparison of host reads, by id, and whether it was made on the device
+        self._on_device: dict[int, ast.expr] = {}
 
     def _local(self, role: str) -> str:
         """A new injected name for a local the translation binds."""
@@ -221,11 +230,13 @@ class ConditionTranslator:
         self.prelude = []
         self._operands = []
         self._compared_reads = []
-        self._speculation = self._on_device = None
+        self._speculation = None
+        self._rereadable = set()
+        self._on_device = {}
         translated = self._condition(condition)
         everything = ast.Module(body=[*self.prelude, ast.Expr(translated)], type_ignores=[])
         for node in ast.walk(everything):
-            if self._is_host_read(node):
+            if self._is_host_read(node) and not hasattr(node, _READ_AGAIN):
                 raise Untranslatable(
                     f"{ast.unparse(node)} reads a tensor on the host for something other than "
                     "a comparison or a truth test"
@@ -235,7 +246,7 @@ class ConditionTranslator:
             translated,
             any(self._is_host_read(node) for node in ast.walk(condition)),
             self._reread(condition),
-            self._on_device,
+            self._on_device.get(id(_without_not(condition))),
             self._speculation,
         )
 
@@ -246,12 +257,7 @@ class ConditionTranslator:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             operand = self._reread(test.operand)
             return None if operand is None else ast.UnaryOp(op=ast.Not(), operand=operand)
-        single = (
-            (isinstance(test, ast.Compare) and len(test.ops) == 1)
-            or self._is_host_read(test)
-            or on_device_form(test, self.scopes, self.functions) is not None
-        )
-        if not single or not self._operands:
+        if id(test) not in self._rereadable:
             return None
         # a host read compared is read again only where it was kept on the device: one
         # converted on the host (an object's own item(), int() of a float) is its value
@@ -321,7 +327,8 @@ class ConditionTranslator:
         rest_value = self._condition(rest_node)
         rest_prelude = self.prelude
         self.prelude = outer_prelude
-        python_test = load(result) if is_and else ast.UnaryOp(op=ast.Not(), operand=load(result))
+        left_truth = self._truth_as_read(node.values[0], result)
+        python_test = left_truth if is_and else ast.UnaryOp(op=ast.Not(), operand=left_truth)
         python_path = ast.If(
             test=python_test,
             body=[*rest_prelude, ast.Assign(targets=[store(result)], value=rest_value)],
@@ -344,7 +351,11 @@ class ConditionTranslator:
         taken = ast.If(
             test=ast.Compare(left=load(value), ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
             body=[ast.Assign(targets=[store(result)], value=combined)],
-            orelse=[_as_written(node.op, result, rest_value) if not rest_prelude else python_path],
+            orelse=[
+                _as_written(node.op, result, left_truth, rest_value)
+                if not rest_prelude
+                else python_path
+            ],
         )
         self.prelude.append(
             ast.If(
@@ -354,6 +365,26 @@ class ConditionTranslator:
             )
         )
         return load(result)
+
+    def _truth_as_read(self, left: ast.expr, result: str) -> ast.expr:
+        """The truth of ``left``, whose value ``result`` holds, where Python takes it: read
+        again from its bound operands where it is one comparison of host reads made on
+        the device, one host read or one read kept on the device (a break at the read,
+        as the original's, not at a jump on a tensor; see
+        :meth:`Translation.choice_on_host`), else ``result``."""
+        reread = self._reread(left)
+        if reread is None:
+            return load(result)
+        for node in ast.walk(reread):
+            setattr(node, _READ_AGAIN, True)  # kept by copies
+        made_on_device = self._on_device.get(id(_without_not(left)))
+        return ast.IfExp(
+            test=copy.deepcopy(made_on_device)
+            if made_on_device is not None
+            else runtime_call("is_scalar_tensor", load(result)),
+            body=reread,
+            orelse=load(result),
+        )
 
     def _ahead_of_time(
         self, prelude: list[ast.stmt], value: ast.expr
@@ -436,7 +467,9 @@ class ConditionTranslator:
             for operand, read in zip(operands, host, strict=True)
         )
         flags = [ast.Constant(host[0]), ast.Constant(host[1])]
-        self._on_device = runtime_call("compared_on_device", left_read, right_read, *flags)
+        made = runtime_call("compared_on_device", left_read, right_read, *flags)
+        self._on_device[id(node)] = made
+        self._rereadable.add(id(node))
         return runtime_call("compare", left, ast.Constant(symbol), right, *flags)
 
     def _compared(self, call: ast.expr) -> tuple[ast.expr, ast.expr]:
@@ -465,10 +498,12 @@ class ConditionTranslator:
 
     def _call(self, node: ast.Call) -> ast.expr | None:
         if self._is_host_read(node):
+            self._rereadable.add(id(node))
             return self._host_value(node)
         form = on_device_form(node, self.scopes, self.functions)
         if form is None:
             return None
+        self._rereadable.add(id(node))
         call = runtime_call(form, *(self._bound(arg)[0] for arg in node.args))
         call.keywords = [
             ast.keyword(arg=keyword.arg, value=self._bound(keyword.value)[0])
@@ -488,16 +523,24 @@ class ConditionTranslator:
         return runtime_call("host_value", self._bound(value)[0], ast.Constant(conversion))
 
 
-def _as_written(op: ast.boolop, left: str, right: ast.expr) -> ast.If:
+def _without_not(test: ast.expr) -> ast.expr:
+    """``test`` without the ``not`` operators in front of it."""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    return test
+
+
+def _as_written(op: ast.boolop, left: str, left_truth: ast.expr, right: ast.expr) -> ast.If:
     """``if <left> and <right>: r = True else: r = False`` (``or`` alike): the truth of a
-    one-element tensor ``left`` and of ``right`` read by jumps, as the original reads
-    them.  Where the right side could not be traced ahead of time, both sides' true (or
-    false) jumps then lead to the same statement, as the original's lead to its branch:
-    TorchDynamo resumes there after either, with one function (``r = <right>`` for the
-    second, then the site's test of ``r``, resumed at the branch, made one graph more
-    than plain compile, found by helper hgen3)."""
+    one-element tensor ``left`` (``left_truth``: see ``_truth_as_read``) and of ``right``
+    read by jumps, as the original reads them.  Where the right side could not be traced
+    ahead of time, both sides' true (or false) jumps then lead to the same statement, as
+    the original's lead to its branch: TorchDynamo resumes there after either, with one
+    function (``r = <right>`` for the second, then the site's test of ``r``, resumed at
+    the branch, made one graph more than plain compile, found by helper hgen3)."""
+    values = [copy.deepcopy(left_truth), copy.deepcopy(right)]
     return ast.If(
-        test=ast.BoolOp(op=copy.deepcopy(op), values=[load(left), copy.deepcopy(right)]),
+        test=ast.BoolOp(op=copy.deepcopy(op), values=values),
         body=[ast.Assign(targets=[store(left)], value=ast.Constant(True))],
         orelse=[ast.Assign(targets=[store(left)], value=ast.Constant(False))],
     )
