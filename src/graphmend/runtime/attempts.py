@@ -83,14 +83,15 @@ class Attempt:
         :meth:`undo` cannot take back."""
         return self._installed() != self.installed
 
-    def guarded_frame_values(self) -> bool:
-        """Whether the attempt installed a guard on a value the frame is given (an
-        argument or what is reached from one), a size guard, or added a graph input: a
-        guard of a global (``torch.all`` is the builtin) holds whatever the call."""
+    def guarded_what_may_change(self) -> bool:
+        """Whether the attempt installed a guard that may fail at a later call, a size
+        guard, or added a graph input: not the guards on which function or module a
+        global names (``torch.all`` is the builtin), which hold whatever the call."""
         if self._installed()[1:] != self.installed[1:]:
             return True
         return any(
             _from_the_frame(guard.originating_source)
+            or guard.inner_create_fn().__name__ not in _IDENTITY_GUARDS
             for guard in set(self.tracer.output.guards) - self.guard_set
         )
 
@@ -312,6 +313,19 @@ def _item(container: Any, index: Any) -> Any:
 _INPUTS = ("placeholder", "get_attr")
 #: TorchDynamo's guards that hold for one value of what they guard.
 _VALUE_GUARDS = frozenset({"CONSTANT_MATCH", "EQUALS_MATCH"})
+#: The guards on which object a name is (TorchDynamo's; ``DUPLICATE_INPUT``: that two
+#: names are one object): of a global function, class or module, they hold at every call.
+_IDENTITY_GUARDS = frozenset(
+    {
+        "BUILTIN_MATCH",
+        "CLOSURE_MATCH",
+        "DUPLICATE_INPUT",
+        "FUNCTION_MATCH",
+        "ID_MATCH",
+        "MODULE_MATCH",
+        "TYPE_MATCH",
+    }
+)
 #: The attribute of a speculation log entry that marks a site to keep its break.
 _KEPT = "graphmend_keeps_break"
 #: The attribute of the ``OutputGraph`` being traced that lists the checks to make before
@@ -688,7 +702,7 @@ def _speculate(
     """Asked while TorchDynamo traces :func:`speculate_or_none`."""
     traced = _attempt(tracer, rewrite_variable, function, arguments_variable)
     attempt = traced.attempt
-    if traced.result is not None and attempt is not None and attempt.guarded_frame_values():
+    if traced.result is not None and attempt is not None and attempt.guarded_what_may_change():
         guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
         guarded.setdefault(condition_variable.as_python_constant(), []).append(traced.site)
         setattr(tracer.output, _GUARDED_CONDITIONS, guarded)
