@@ -726,13 +726,33 @@ class Meter:
         return 2.0
 
 
-meter = Meter()
+class TensorMeter:
+    def item(self):
+        calls.append("item")
+        return torch.tensor(2.0)
+
+
+meter, tensor_meter = Meter(), TensorMeter()
 
 
 def of_a_tensor_and_an_object(x):
     h = x * 2
     if x.sum().item() > meter.item():
         h = torch.cat([h, h])  # shapes differ: the site keeps its break while tracing
+    return h, len(calls)
+
+
+def of_a_tensor_and_an_object_giving_a_tensor(x):
+    h = x * 2
+    if x.sum().item() > tensor_meter.item():
+        h = torch.cat([h, h])
+    return h, len(calls)
+
+
+def of_an_object_giving_a_tensor(x):
+    h = x * 2
+    if tensor_meter.item():
+        h = torch.cat([h, h])
     return h, len(calls)
 
 
@@ -757,6 +777,11 @@ def close_within(x, y, t):
     ("name", "calls"),
     [
         ("of_a_tensor_and_an_object", [(torch.tensor([v, 1.0]),) for v in (0.0, 3.0, 0.5)]),
+        (
+            "of_a_tensor_and_an_object_giving_a_tensor",
+            [(torch.tensor([v, 1.0]),) for v in (0.0, 3.0, 0.5)],
+        ),
+        ("of_an_object_giving_a_tensor", [(torch.ones(2),)] * 3),
         ("equal_by_keyword", [(torch.ones(2), torch.ones(2)), (torch.ones(2), torch.zeros(2))]),
         (
             "close_within",
@@ -769,7 +794,8 @@ def test_reads_of_two_values_compiled_give_what_the_original_gives(load_both, na
     ``torch.equal``, ``torch.allclose``) is given is what the original is given, read as
     often (found by helper hgen6): an object's own ``item()`` on the other side of a
     tensor's was called again where the choice was made on the host (6 calls against
-    3); ``torch.equal(input=x, other=y)`` raised ``TypeError`` compiled; and
+    3), and one whose ``item()`` gives a tensor was called again alone or compared
+    (fuzz seeds 298, 359); ``torch.equal(input=x, other=y)`` raised ``TypeError`` compiled; and
     ``allclose`` with a negative ``atol`` raised TorchDynamo's ``TorchRuntimeError``
     where the original raises ``RuntimeError``."""
     plain, rewritten = load_both(READS_OF_TWO)

@@ -154,8 +154,11 @@ class Translation:
     #: bound it to (``_@gm_operand3.item() > lim``).
     reread: ast.expr | None
     #: Whether that comparison was made on the device (``runtime.compared_on_device``);
-    #: ``None``: where the condition's value is a tensor.
+    #: ``None``: where the condition's value is a tensor (and, for a host read, the
+    #: value it reads, :attr:`read_of`).
     on_device: ast.expr | None
+    #: For a test that is one host read, a read of the local holding what it reads.
+    read_of: ast.expr | None
     #: The condition's name for the right sides of its ``and``/``or`` it evaluates ahead
     #: of time, if any (``runtime.conditions.speculated``).
     speculation: str | None
@@ -173,11 +176,7 @@ class Translation:
         ``keep_speculated_breaks(<name>) or <choice>``: it may restart the analysis, that
         side read by the original's jump."""
         if self.reread is not None:
-            made_on_device = (
-                copy.deepcopy(self.on_device)
-                if self.on_device is not None
-                else runtime_call("is_scalar_tensor", copy.deepcopy(evaluated))
-            )
+            made_on_device = _made_on_device(self.on_device, self.read_of, evaluated)
             choice: ast.expr = ast.IfExp(
                 test=made_on_device, body=copy.deepcopy(self.reread), orelse=evaluated
             )
@@ -213,6 +212,9 @@ class ConditionTranslator:
         self._operands: list[tuple[ast.expr, str]] = []
         #: each host read compared, and the local its value (``host_value``'s) is bound to
         self._compared_reads: list[tuple[ast.expr, str]] = []
+        #: each host read, by id, and a read of the local holding what it reads (a
+        #: constant as it is)
+        self._read_of: dict[int, ast.expr] = {}
         #: the tests whose operands the translation bound, by id: comparisons of host
         #: reads, host reads, reads kept on the device (see _reread)
         self._rereadable: set[int] = set()
@@ -230,6 +232,7 @@ class ConditionTranslator:
         self.prelude = []
         self._operands = []
         self._compared_reads = []
+        self._read_of = {}
         self._speculation = None
         self._rereadable = set()
         self._on_device = {}
@@ -247,6 +250,7 @@ class ConditionTranslator:
             any(self._is_host_read(node) for node in ast.walk(condition)),
             self._reread(condition),
             self._on_device.get(id(_without_not(condition))),
+            self._read_of.get(id(_without_not(condition))),
             self._speculation,
         )
 
@@ -259,13 +263,14 @@ class ConditionTranslator:
             return None if operand is None else ast.UnaryOp(op=ast.Not(), operand=operand)
         if id(test) not in self._rereadable:
             return None
-        # a host read compared is read again only where it was kept on the device: one
-        # converted on the host (an object's own item(), int() of a float) is its value
+        # a host read compared is read again only where it read a tensor and was kept on
+        # the device: one converted on the host (an object's own item(), int() of a
+        # float) is its value
         kept = [
             (
                 read,
                 ast.IfExp(
-                    test=runtime_call("is_scalar_tensor", load(name)),
+                    test=_made_on_device(None, self._read_of[id(read)], load(name)),
                     body=substituted(read, self._operands),
                     orelse=load(name),
                 ),
@@ -377,11 +382,11 @@ class ConditionTranslator:
             return load(result)
         for node in ast.walk(reread):
             setattr(node, _READ_AGAIN, True)  # kept by copies
-        made_on_device = self._on_device.get(id(_without_not(left)))
+        single = _without_not(left)
         return ast.IfExp(
-            test=copy.deepcopy(made_on_device)
-            if made_on_device is not None
-            else runtime_call("is_scalar_tensor", load(result)),
+            test=_made_on_device(
+                self._on_device.get(id(single)), self._read_of.get(id(single)), load(result)
+            ),
             body=reread,
             orelse=load(result),
         )
@@ -520,7 +525,24 @@ class ConditionTranslator:
             value, conversion = call.func.value, "item"
         else:
             value, conversion = call.args[0], call.func.id  # type: ignore[attr-defined]
-        return runtime_call("host_value", self._bound(value)[0], ast.Constant(conversion))
+        bound, self._read_of[id(call)] = self._bound(value)
+        return runtime_call("host_value", bound, ast.Constant(conversion))
+
+
+def _made_on_device(
+    on_device: ast.expr | None, read_of: ast.expr | None, value: ast.expr
+) -> ast.expr:
+    """Whether a test read again (``Translation.reread``) was made on the device, given
+    ``value``, its value: ``on_device`` for a comparison; else where ``value`` is a
+    one-element tensor, and, for a host read, so is what it reads (``read_of``: an
+    object's own ``item()`` may give a tensor, and is not called again)."""
+    if on_device is not None:
+        return copy.deepcopy(on_device)
+    made = runtime_call("is_scalar_tensor", copy.deepcopy(value))
+    if read_of is None:
+        return made
+    reads_a_tensor = runtime_call("is_scalar_tensor", copy.deepcopy(read_of))
+    return ast.BoolOp(op=ast.And(), values=[reads_a_tensor, made])
 
 
 def _without_not(test: ast.expr) -> ast.expr:
