@@ -172,9 +172,8 @@ class Translation:
         ``evaluated``, its result.  A longer test's truth is read with ``host_truth``
         where it reads a host value: a break at a read too, not at a jump on a tensor
         (nothing the test evaluated runs twice).  Where a right side was evaluated ahead
-        of time,
-        ``keep_speculated_breaks(<name>) or <choice>``: it may restart the analysis, that
-        side read by the original's jump."""
+        of time, ``keep_speculated_breaks(<name>) or <choice>``: it may restart the
+        analysis, that side read by the original's jump."""
         if self.reread is not None:
             made_on_device = _made_on_device(self.on_device, self.read_of, evaluated)
             choice: ast.expr = ast.IfExp(
