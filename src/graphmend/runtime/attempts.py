@@ -54,7 +54,10 @@ class Attempt:
     the backend or runs for nothing, an attribute stored or an output call deferred
     would happen again)."""
 
-    def __init__(self, tracer: Any) -> None:
+    def __init__(self, tracer: Any, *, guards_kept: bool = False) -> None:
+        """``guards_kept``: keep the guards TorchDynamo holds before the attempt, for
+        :meth:`guarded_what_may_change` (a speculation's; a copy every attempt need not
+        make)."""
         self.tracer = tracer
         self.graph = tracer.output.graph
         self.nodes = set(self.graph.nodes)
@@ -65,7 +68,7 @@ class Attempt:
         self.shape_env = tracer.output.shape_env
         self.guards = len(self.shape_env.guards) if self.shape_env is not None else 0
         self.installed = self._installed()
-        self.guard_set = set(tracer.output.guards)
+        self.guards_before = frozenset(tracer.output.guards) if guards_kept else frozenset()
         self.valued = self._valued_sources()
         self.checks = len(getattr(tracer.output, _CHECKS, ()))
         self.on_break = len(getattr(tracer.output, _ON_BREAK, ()))
@@ -86,13 +89,14 @@ class Attempt:
     def guarded_what_may_change(self) -> bool:
         """Whether the attempt installed a guard that may fail at a later call, a size
         guard, or added a graph input: not the guards on which function or module a
-        global names (``torch.all`` is the builtin), which hold whatever the call."""
+        global names (``torch.all`` is the builtin), which hold whatever the call.  For
+        an attempt made with ``guards_kept``."""
         if self._installed()[1:] != self.installed[1:]:
             return True
         return any(
             _from_the_frame(guard.originating_source)
             or guard.inner_create_fn().__name__ not in _IDENTITY_GUARDS
-            for guard in set(self.tracer.output.guards) - self.guard_set
+            for guard in set(self.tracer.output.guards) - self.guards_before
         )
 
     def added(self, target: Any = None) -> list[Any]:
@@ -700,7 +704,7 @@ def _speculate(
     arguments_variable: Any,
 ) -> Any:
     """Asked while TorchDynamo traces :func:`speculate_or_none`."""
-    traced = _attempt(tracer, rewrite_variable, function, arguments_variable)
+    traced = _attempt(tracer, rewrite_variable, function, arguments_variable, guards_kept=True)
     attempt = traced.attempt
     if traced.result is not None and attempt is not None and attempt.guarded_what_may_change():
         guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
@@ -747,13 +751,21 @@ class _Traced:
     attempt: Attempt | None = None
 
 
-def _attempt(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any) -> _Traced:
-    """``function(*arguments)`` traced as an attempt."""
+def _attempt(
+    tracer: Any,
+    rewrite_variable: Any,
+    function: Any,
+    arguments_variable: Any,
+    *,
+    guards_kept: bool = False,
+) -> _Traced:
+    """``function(*arguments)`` traced as an attempt (``guards_kept``: see
+    :class:`Attempt`)."""
     rewrite = "predicate"  # until asked of TorchDynamo, in the try below
     try:
         rewrite = rewrite_variable.as_python_constant()
         arguments = arguments_variable.items
-        attempt = Attempt(tracer)
+        attempt = Attempt(tracer, guards_kept=guards_kept)
         versions = tensor_versions(attempt.graph)  # before the branch is traced
         site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
