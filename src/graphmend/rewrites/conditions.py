@@ -159,8 +159,9 @@ class Translation:
     on_device: ast.expr | None
     #: For a test that is one host read, a read of the local holding what it reads.
     read_of: ast.expr | None
-    #: The condition's name for the right sides of its ``and``/``or`` it evaluates ahead
-    #: of time, if any (``runtime.conditions.speculated``).
+    #: The condition's name for what it evaluates ahead of the original's break (after
+    #: its first host read, ``runtime.read_on_host``; the right sides of its
+    #: ``and``/``or``, ``runtime.conditions.speculated``), if any.
     speculation: str | None
 
     def choice_on_host(self, evaluated: ast.expr) -> ast.expr:
@@ -171,9 +172,10 @@ class Translation:
         number read, as the original's does; where it was made as the original makes it,
         ``evaluated``, its result.  A longer test's truth is read with ``host_truth``
         where it reads a host value: a break at a read too, not at a jump on a tensor
-        (nothing the test evaluated runs twice).  Where a right side was evaluated ahead
-        of time, ``keep_speculated_breaks(<name>) or <choice>``: it may restart the
-        analysis, that side read by the original's jump."""
+        (nothing the test evaluated runs twice).  Where the condition evaluated anything
+        ahead of the original's break, ``keep_speculated_breaks(<name>) or <choice>``: it
+        may restart the analysis, the first read made on the host or a right side read
+        by the original's jump (:mod:`graphmend.runtime.ahead_of_reads`)."""
         if self.reread is not None:
             made_on_device = _made_on_device(self.on_device, self.read_of, evaluated)
             choice: ast.expr = ast.IfExp(
@@ -206,7 +208,12 @@ class ConditionTranslator:
         self.bound = bound
         self.prelude: list[ast.stmt] = []
         self._locals: set[str] = set()
-        self._speculation: str | None = None  # the condition's name for its speculations
+        self._speculation: str | None = None  # the condition's name, once it needs one
+        #: how deep in the right sides of ``and``/``or`` the translation stands
+        self._right_sides = 0
+        #: whether the first read on the host, of the condition or of the right side of an
+        #: ``and``/``or`` being translated, is translated yet
+        self._first_read_translated = False
         #: each operand of a host comparison and the local it is bound to
         self._operands: list[tuple[ast.expr, str]] = []
         #: each host read compared, and the local its value (``host_value``'s) is bound to
@@ -233,6 +240,8 @@ class ConditionTranslator:
         self._compared_reads = []
         self._read_of = {}
         self._speculation = None
+        self._right_sides = 0
+        self._first_read_translated = False
         self._rereadable = set()
         self._on_device = {}
         translated = self._condition(condition)
@@ -328,7 +337,11 @@ class ConditionTranslator:
         rest_node = rest[0] if len(rest) == 1 else ast.BoolOp(op=node.op, values=rest)
         outer_prelude = self.prelude
         self.prelude = []
+        self._right_sides += 1
+        read_before, self._first_read_translated = self._first_read_translated, False
         rest_value = self._condition(rest_node)
+        self._first_read_translated = read_before
+        self._right_sides -= 1
         rest_prelude = self.prelude
         self.prelude = outer_prelude
         left_truth = self._truth_as_read(node.values[0], result)
@@ -375,20 +388,27 @@ class ConditionTranslator:
         again from its bound operands where it is one comparison of host reads made on
         the device, one host read or one read kept on the device (a break at the read,
         as the original's, not at a jump on a tensor; see
-        :meth:`Translation.choice_on_host`), else ``result``."""
+        :meth:`Translation.choice_on_host`), else ``result``.  Read again where the
+        condition noted a read, ``keep_speculated_breaks(<name>) or <truth>``: what it
+        evaluated since may need the original's break at that read
+        (:mod:`graphmend.runtime.ahead_of_reads`)."""
         reread = self._reread(left)
         if reread is None:
             return load(result)
         for node in ast.walk(reread):
             setattr(node, _READ_AGAIN, True)  # kept by copies
         single = _without_not(left)
-        return ast.IfExp(
+        truth: ast.expr = ast.IfExp(
             test=_made_on_device(
                 self._on_device.get(id(single)), self._read_of.get(id(single)), load(result)
             ),
             body=reread,
             orelse=load(result),
         )
+        if self._speculation is None:
+            return truth
+        kept = runtime_call("keep_speculated_breaks", self._name())
+        return ast.BoolOp(op=ast.Or(), values=[kept, truth])
 
     def _ahead_of_time(
         self, prelude: list[ast.stmt], value: ast.expr
@@ -436,17 +456,46 @@ class ConditionTranslator:
             body,
             [],
         )
-        if self._speculation is None:  # unique in the process: a module's file and a name
-            identifier = self.module.fresh_identifier("condition")
-            self._speculation = f"{self.module.filename}:{identifier}"
         attempt = runtime_call(
             "speculated",
             ast.Constant(self.rewrite),
-            ast.Constant(self._speculation),
+            self._name(),
             load(function.name),
             tuple_of(load(name) for name in parameters),
         )
         return function, attempt
+
+    def _name(self) -> ast.Constant:
+        """The condition's name for what it evaluates ahead of the original's break:
+        unique in the process, a module's file and a name."""
+        if self._speculation is None:
+            identifier = self.module.fresh_identifier("condition")
+            self._speculation = f"{self.module.filename}:{identifier}"
+        return ast.Constant(self._speculation)
+
+    def _read_first(self, read: ast.Call, on_device: ast.Call) -> ast.expr:
+        """``on_device``, the runtime's device form of ``read`` whose arguments are
+        operands bound to locals (``_bound``), but where it is the first read on the
+        host of the condition or of a right side of its ``and``/``or``; there
+        ``<read> if read_on_host(<rewrite>, <name>, <first>, <bindings>) else
+        <on_device>``, its arguments read from those locals: after the bindings, where
+        the original reads, the next analysis may read as written (a break where the
+        original's is; see :mod:`graphmend.runtime.ahead_of_reads`)."""
+        if self._first_read_translated:
+            return on_device
+        self._first_read_translated = True
+        arguments = [*on_device.args, *(keyword.value for keyword in on_device.keywords)]
+        bindings = [argument for argument in arguments if isinstance(argument, ast.NamedExpr)]
+        reads = [(binding, load(binding.target.id)) for binding in bindings]  # type: ignore[union-attr]
+        on_device = replaced(on_device, reads)  # type: ignore[assignment]
+        as_written = substituted(read, self._operands)
+        for node in ast.walk(as_written):
+            setattr(node, _READ_AGAIN, True)
+        first = ast.Constant(not self._right_sides)
+        asked = runtime_call(
+            "read_on_host", ast.Constant(self.rewrite), self._name(), first, *bindings
+        )
+        return ast.IfExp(test=asked, body=as_written, orelse=on_device)
 
     def _compare(self, node: ast.Compare) -> ast.expr:
         if is_number_search(node):
@@ -513,7 +562,7 @@ class ConditionTranslator:
             ast.keyword(arg=keyword.arg, value=self._bound(keyword.value)[0])
             for keyword in node.keywords
         ]
-        return call
+        return self._read_first(node, call)
 
     def _is_host_read(self, node: ast.AST) -> bool:
         return isinstance(node, ast.Call) and is_host_conversion(node, self.scopes, self.functions)
@@ -525,7 +574,7 @@ class ConditionTranslator:
         else:
             value, conversion = call.args[0], call.func.id  # type: ignore[attr-defined]
         bound, self._read_of[id(call)] = self._bound(value)
-        return runtime_call("host_value", bound, ast.Constant(conversion))
+        return self._read_first(call, runtime_call("host_value", bound, ast.Constant(conversion)))
 
 
 def _made_on_device(

@@ -11,7 +11,7 @@ import sys
 import types
 
 from graphmend.post_import import when_imported
-from graphmend.runtime.attempts import keep_speculated_breaks
+from graphmend.runtime.ahead_of_reads import keep_speculated_breaks, read_on_host
 from graphmend.runtime.conditions import (
     allclose,
     compare,
@@ -87,6 +87,7 @@ __all__ = [
     "metadata",
     "names_formattable",
     "not_",
+    "read_on_host",
     "rebuild",
     "render",
     "search_site",

@@ -29,7 +29,8 @@ speculation log TorchDynamo keeps across restarts for its own.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -348,9 +349,8 @@ _WATCHES_MARKED_SIZES = "graphmend_watches_marked_sizes"
 _OPENED = "graphmend_opened_site"
 #: The attribute of the ``OutputGraph`` being traced that holds the site opened last.
 _LAST_OPENED = "graphmend_last_opened_site"
-#: The attribute of the ``OutputGraph`` being traced that holds, by condition, the
-#: speculations of its right sides (:func:`speculate_or_none`) that left guards.
-_GUARDED_CONDITIONS = "graphmend_guarded_conditions"
+#: The attribute of the ``OutputGraph`` being traced that counts the attempts under way.
+_UNDER_WAY = "graphmend_attempts_under_way"
 #: Why a site traced inside a ``torch.func`` transform keeps its break (see
 #: :mod:`graphmend.runtime.transforms`).
 _INSIDE_A_TRANSFORM = "inside a torch.func transform (vmap, grad...), whose tensors are wrapped"
@@ -686,63 +686,14 @@ def call_or_none(
     return ask_tracer(_call, None, rewrite, function, arguments)
 
 
-def speculate_or_none(
-    rewrite: str, condition: str, function: Callable[..., Any], arguments: Sequence[Any]
-) -> Any | None:
-    """:func:`call_or_none` for the right side of an ``and``/``or`` in ``condition`` (a
-    name for it), evaluated ahead of time; where it leaves guards, a choice made on the
-    host after all keeps the original's jump instead (:func:`keep_speculated_breaks`).
-    Called only while tracing."""
-    return ask_tracer(_speculate, None, rewrite, condition, function, arguments)
-
-
-def _speculate(
-    tracer: Any,
-    rewrite_variable: Any,
-    condition_variable: Any,
-    function: Any,
-    arguments_variable: Any,
-) -> Any:
-    """Asked while TorchDynamo traces :func:`speculate_or_none`."""
-    traced = _attempt(tracer, rewrite_variable, function, arguments_variable, guards_kept=True)
-    attempt = traced.attempt
-    if traced.result is not None and attempt is not None and attempt.guarded_what_may_change():
-        guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
-        guarded.setdefault(condition_variable.as_python_constant(), []).append(traced.site)
-        setattr(tracer.output, _GUARDED_CONDITIONS, guarded)
-    return traced.result
-
-
-def keep_speculated_breaks(condition: str) -> None:
-    """Before a choice on ``condition`` is made on the host after all (its site kept its
-    break): restart the analysis if evaluating a right side of it ahead of time left
-    guards, that speculation keeping the original's jump.  The original reads that side
-    only after its jump on the left side, a graph break: the frame would guard on what
-    plain compile's frame never reads, and compile again when it changes.  Called only
-    while tracing."""
-    ask_tracer(_keep_speculated_breaks, None, condition)
-
-
-def _keep_speculated_breaks(tracer: Any, condition_variable: Any) -> None:
-    """Asked while TorchDynamo traces :func:`keep_speculated_breaks`."""
-    guarded = getattr(tracer.output, _GUARDED_CONDITIONS, {})
-    sites = guarded.pop(condition_variable.as_python_constant(), [])
-    if sites:
-        first = min(sites, key=lambda site: site.position)
-        first.keep_break(
-            "evaluated ahead of time, it made TorchDynamo guard on what the original "
-            "reads only after its jump, and the choice is made on the host"
-        )
-
-
 def _call(tracer: Any, rewrite_variable: Any, function: Any, arguments_variable: Any) -> Any:
     """Asked while TorchDynamo traces :func:`call_or_none`: the result's variable."""
-    return _attempt(tracer, rewrite_variable, function, arguments_variable).result
+    return traced_attempt(tracer, rewrite_variable, function, arguments_variable).result
 
 
 @dataclass(frozen=True)
-class _Traced:
-    """What :func:`_attempt` traced: the result's variable (``None`` where the attempt
+class Traced:
+    """What :func:`traced_attempt` traced: the result's variable (``None`` where the attempt
     failed, undone and recorded), and the site's log entry and the attempt (``None`` on
     a torch release whose tracer lacks what they read)."""
 
@@ -751,14 +702,14 @@ class _Traced:
     attempt: Attempt | None = None
 
 
-def _attempt(
+def traced_attempt(
     tracer: Any,
     rewrite_variable: Any,
     function: Any,
     arguments_variable: Any,
     *,
     guards_kept: bool = False,
-) -> _Traced:
+) -> Traced:
     """``function(*arguments)`` traced as an attempt (``guards_kept``: see
     :class:`Attempt`)."""
     rewrite = "predicate"  # until asked of TorchDynamo, in the try below
@@ -770,26 +721,44 @@ def _attempt(
         site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError) as error:
         record_at(tracer, rewrite, f"this torch release is not supported ({error})")
-        return _Traced(None)
+        return Traced(None)
     kept = site.kept_break()
     if kept is not None:
         record_at(tracer, rewrite, kept)
-        return _Traced(None, site, attempt)
+        return Traced(None, site, attempt)
     try:
-        result = tracer.inline_user_function_return(function, list(arguments), {})
+        with _under_way(tracer.output):
+            result = tracer.inline_user_function_return(function, list(arguments), {})
     except tracer_control():
         raise
     except Exception as error:
         reason = f"a branch cannot be traced: {first_line(error)}"
         site.abandon(tracer, rewrite, attempt, reason)
-        return _Traced(None, site, attempt)
+        return Traced(None, site, attempt)
     reason = _why_branch_acts(attempt, versions)
     if reason is not None:
         site.abandon(tracer, rewrite, attempt, reason)
-        return _Traced(None, site, attempt)
+        return Traced(None, site, attempt)
     site.keep_sizes_dynamic(attempt)
     site.keep_numbers_unpinned(attempt)
-    return _Traced(result, site, attempt)
+    return Traced(result, site, attempt)
+
+
+@contextmanager
+def _under_way(output: Any) -> Iterator[None]:
+    """An attempt is traced in ``output`` in this block (:func:`in_an_attempt`)."""
+    setattr(output, _UNDER_WAY, getattr(output, _UNDER_WAY, 0) + 1)
+    try:
+        yield
+    finally:
+        setattr(output, _UNDER_WAY, getattr(output, _UNDER_WAY) - 1)
+
+
+def in_an_attempt(output: Any) -> bool:
+    """Whether what ``output`` traces now is traced as an attempt (:func:`traced_attempt`),
+    or into a higher-order operator's body (a continuation's ``torch.cond``): code the
+    original may not run there, whatever is noted of it may be taken back."""
+    return getattr(output, _UNDER_WAY, 0) > 0 or output.current_tracer is not output.root_tracer
 
 
 def _why_branch_acts(attempt: Attempt, versions: dict[Any, int]) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from graphmend.runtime.attempts import speculate_or_none
+from graphmend.runtime.ahead_of_reads import speculate_or_none
 from graphmend.runtime.formatting import symbolic_while_tracing
 
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
@@ -87,7 +87,7 @@ def speculated(
     one-element tensor, in ``condition`` (its name), ``(value,)``, traced ahead of time
     as an attempt (its failure, or an operation in it that raises when it runs, is
     recorded for ``rewrite`` and taken back:
-    :func:`graphmend.runtime.attempts.speculate_or_none`); ``None`` where it fails or
+    :func:`graphmend.runtime.ahead_of_reads.speculate_or_none`); ``None`` where it fails or
     gives a tensor of other than one element: Python evaluates it, and takes its truth,
     only where the left side says so, and so does the original's jump then.  Called
     only while tracing."""

@@ -1,0 +1,175 @@
+"""What a condition evaluates ahead of the original's break, taken back where its choice
+is made on the host after all.
+
+A translated condition (:mod:`graphmend.rewrites.conditions`) keeps on the device what the
+original reads on the host, and goes on: it evaluates the other side of a comparison of a
+host read (``t`` in ``float(x.mean()) < t``), and the right side of an ``and``/``or``
+whose left side is a tensor (:func:`speculate_or_none`).  Where the branches merge or the
+guard is lowered, nothing is read on the host, which is the point.  Where the choice is
+made on the host after all, the original breaks the graph at its first read (or at its
+jump on the left side) and evaluates the rest in the frame it resumes; what the
+translation evaluated after that point may have made TorchDynamo guard, in the frame
+before the break, on what plain compile's frame never reads (a Python float ``t``, a
+counter kept in a global), or compile a graph of its own where plain compile's was empty
+(``torch.allclose`` right after another break): the frame compiles again whenever that
+value changes (helper hgen6's h6, h1 and h3).
+
+So each place is noted: :func:`read_on_host` where the original reads first, a right
+side's speculation where it guarded; and the choice made on the host after all first calls
+:func:`keep_speculated_breaks`, which restarts the analysis with the earliest place whose
+evaluation ahead did so marked: there the next analysis reads on the host, as the original
+does, or evaluates the right side by the original's jump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from graphmend.runtime.asking import ask_tracer
+from graphmend.runtime.attempts import Attempt, Site, in_an_attempt, traced_attempt
+from graphmend.runtime.fallbacks import record_at
+
+#: The attribute of the ``OutputGraph`` being traced that holds, by condition, what was
+#: evaluated ahead of the original's break (:class:`_Ahead`), in order.
+_AHEAD = "graphmend_evaluated_ahead"
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A place in a condition after which the translation evaluates what the original
+    evaluates after its break, and why that keeps the original's break there (``None``:
+    it need not), asked when the choice is made on the host."""
+
+    site: Site
+    why: Callable[[], str | None]
+
+
+def read_on_host(rewrite: str, condition: str, first: bool, *operands: Any) -> bool:
+    """Whether a host read that ``condition`` (its name) makes first, of ``operands``
+    (evaluated before, as the original evaluates them), is made on the host as written:
+    where an earlier analysis of this compile restarted for it
+    (:func:`keep_speculated_breaks`), recorded for ``rewrite``.  ``first``: the first
+    read of the condition, not in a right side of its ``and``/``or`` (what was noted of
+    the condition before is of an earlier evaluation).  Nothing is noted inside an
+    attempt, which may be taken back (a right side evaluated ahead of time, a branch).
+    ``False`` outside TorchDynamo.  Called only while tracing."""
+    return ask_tracer(_read_on_host, False, rewrite, condition, first)
+
+
+def _read_on_host(
+    tracer: Any, rewrite_variable: Any, condition_variable: Any, first_variable: Any
+) -> bool | None:
+    """Asked while TorchDynamo traces :func:`read_on_host`."""
+    try:
+        rewrite = rewrite_variable.as_python_constant()
+        condition = condition_variable.as_python_constant()
+        first = first_variable.as_python_constant()
+        if in_an_attempt(tracer.output):
+            return None
+        site = Site(tracer)
+        attempt = Attempt(tracer, guards_kept=True)
+    except (AttributeError, ImportError, KeyError, TypeError):
+        return None  # the translation reads on the device, as it did before
+    kept = site.kept_break()
+    if kept is not None:
+        record_at(tracer, rewrite, kept)
+        return True
+    if site.one_graph:
+        return None  # the original's break would fail the compile: nothing to keep
+    empty = not _computes(attempt.graph.nodes)
+
+    def why() -> str | None:
+        if attempt.guarded_what_may_change():
+            return (
+                "evaluated after its first host read, the condition made TorchDynamo guard "
+                "on what the original reads only after its break there, and the choice is "
+                "made on the host"
+            )
+        if empty and _computes(attempt.added()):
+            return (
+                "the condition computes on the device what the original reads on the host "
+                "first, in a graph plain compile does not make, and the choice is made on "
+                "the host"
+            )
+        return None
+
+    noted = _evaluated_ahead(tracer)
+    if first:
+        noted[condition] = []
+    noted.setdefault(condition, []).append(_Ahead(site, why))
+    return None
+
+
+def _computes(nodes: Any) -> bool:
+    """Whether a graph holding ``nodes`` computes anything (TorchDynamo compiles it)."""
+    return any(node.op.startswith("call") for node in nodes)
+
+
+def speculate_or_none(
+    rewrite: str, condition: str, function: Callable[..., Any], arguments: Sequence[Any]
+) -> Any | None:
+    """``function(*arguments)`` traced as an attempt (``None`` where it fails, undone and
+    recorded for ``rewrite``: ``runtime.attempts.call_or_none``), for the right side of an
+    ``and``/``or`` in ``condition`` (its name), evaluated ahead of time; where it leaves
+    guards, a choice made on the host after all keeps the original's jump instead
+    (:func:`keep_speculated_breaks`).  Called only while tracing."""
+    return ask_tracer(_speculate, None, rewrite, condition, function, arguments)
+
+
+def _speculate(
+    tracer: Any,
+    rewrite_variable: Any,
+    condition_variable: Any,
+    function: Any,
+    arguments_variable: Any,
+) -> Any:
+    """Asked while TorchDynamo traces :func:`speculate_or_none`."""
+    traced = traced_attempt(
+        tracer, rewrite_variable, function, arguments_variable, guards_kept=True
+    )
+    attempt, site = traced.attempt, traced.site
+    if (
+        traced.result is not None
+        and attempt is not None
+        and site is not None
+        and attempt.guarded_what_may_change()
+    ):
+        noted = _evaluated_ahead(tracer).setdefault(condition_variable.as_python_constant(), [])
+        noted.append(_Ahead(site, lambda: _GUARDED_RIGHT_SIDE))
+    return traced.result
+
+
+_GUARDED_RIGHT_SIDE = (
+    "evaluated ahead of time, it made TorchDynamo guard on what the original reads only "
+    "after its jump, and the choice is made on the host"
+)
+
+
+def keep_speculated_breaks(condition: str) -> None:
+    """Before a choice on ``condition`` is made on the host after all (its site kept its
+    break): restart the analysis if what the condition evaluated ahead of the original's
+    break (after its first host read, or a right side speculated) needs the break there,
+    the earliest such place marked to keep it.  Called only while tracing."""
+    ask_tracer(_keep_speculated_breaks, None, condition)
+
+
+def _keep_speculated_breaks(tracer: Any, condition_variable: Any) -> None:
+    """Asked while TorchDynamo traces :func:`keep_speculated_breaks`."""
+    if in_an_attempt(tracer.output):
+        return  # a right side's own choice, evaluated ahead of time: the condition's comes
+    noted = _evaluated_ahead(tracer).pop(condition_variable.as_python_constant(), [])
+    kept = [(entry.site, reason) for entry in noted if (reason := entry.why()) is not None]
+    if kept:
+        site, reason = min(kept, key=lambda kept_one: kept_one[0].position)
+        site.keep_break(reason)
+
+
+def _evaluated_ahead(tracer: Any) -> dict[str, list[_Ahead]]:
+    """What the graph ``tracer`` traces noted for each condition (:class:`_Ahead`)."""
+    noted = getattr(tracer.output, _AHEAD, None)
+    if noted is None:
+        noted = {}
+        setattr(tracer.output, _AHEAD, noted)
+    return noted
