@@ -59,7 +59,10 @@ def not_(value: Any) -> Any:
     if _is_numpy_array(value):  # traced as a tensor by TorchDynamo, as the original's test
         return not_(torch.as_tensor(value))
     if not isinstance(value, torch.Tensor) and symbolic_while_tracing(value):
-        return torch.sym_not(value)
+        # a symbolic number's truth is whether it is not 0 (TorchDynamo has no sym_not of
+        # one: that was a graph break the original does not have); TorchDynamo gives a
+        # symbolic boolean's type as bool
+        return torch.sym_not(value) if isinstance(value, bool) else value == 0
     return not value
 
 
