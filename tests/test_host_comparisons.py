@@ -70,3 +70,51 @@ def test_a_host_value_compares_as_python_does(modules, case):
     assert torch.equal(expected, getattr(plain, name)(x, limit))
     assert torch.equal(result, expected)
     assert graphs <= plain_graphs
+
+
+AGAINST_A_TENSOR = """
+def against_a_tensor(x, y):
+    h = x * 2
+    if int(x.argmax()) < y[0, 0]:  # a host read compared with a tensor: on the host
+        h = h[:1]
+    else:
+        h = h + 1
+    return h * 3
+
+def int_of_a_float(x):
+    h = x * 2
+    if int(x.max()) > 1:  # int() of a float: on the host (NaN and inf raise)
+        h = h[:1]
+    else:
+        h = h + 1
+    return h * 3
+"""
+
+
+def _break_lines(function, *args) -> list[tuple[str, int]]:
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(function)(*args)
+    return [
+        (frame.filename, frame.lineno)
+        for frame in (reason.user_stack[-1] for reason in explained.break_reasons)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("against_a_tensor", (torch.tensor([[0.5, 0.25]]), torch.tensor([[3.0]]))),
+        ("int_of_a_float", (torch.tensor([[0.5, 2.25]]),)),
+    ],
+)
+def test_a_host_read_made_on_the_host_after_all_breaks_at_the_users_read(load_both, name, args):
+    """Where the runtime reads on the host after all, the graph broke inside it (at
+    ``runtime/conditions.py``), the rest of its function run in Python: the break is
+    the original's, at the user's read (the continuation may remove the original's
+    jump on the comparison with a tensor after it)."""
+    plain, mended = load_both(AGAINST_A_TENSOR)
+    expected = _break_lines(getattr(plain, name), *args)
+    lines = _break_lines(getattr(mended, name), *args)
+    assert lines and len(lines) <= len(expected)
+    assert {line for _, line in lines} <= {line for _, line in expected}
+    assert all(filename == mended.__file__ for filename, _ in lines)

@@ -473,6 +473,14 @@ class ConditionTranslator:
             self._speculation = f"{self.module.filename}:{identifier}"
         return ast.Constant(self._speculation)
 
+    def _noted_reads(self) -> list[ast.expr]:
+        """``[<name>]``, the condition's name, where a read of it is noted (or the one
+        being translated will be: :meth:`_read_first`), for a runtime function that
+        may read a tensor on the host after all; else ``[]``."""
+        if self._speculation is None and self._first_read_translated:
+            return []
+        return [self._name()]
+
     def _read_first(self, read: ast.Call, on_device: ast.Call) -> ast.expr:
         """``on_device``, the runtime's device form of ``read`` whose arguments are
         operands bound to locals (``_bound``), but where it is the first read on the
@@ -523,7 +531,8 @@ class ConditionTranslator:
         made = runtime_call("compared_on_device", left_read, right_read, *flags)
         self._on_device[id(node)] = made
         self._rereadable.add(id(node))
-        return runtime_call("compare", left, ast.Constant(symbol), right, *flags)
+        noted = self._noted_reads()
+        return runtime_call("compare", left, ast.Constant(symbol), right, *flags, *noted)
 
     def _compared(self, call: ast.expr) -> tuple[ast.expr, ast.expr]:
         """The host value of ``call`` as :meth:`_host_value` gives it, bound to a local,
@@ -574,7 +583,8 @@ class ConditionTranslator:
         else:
             value, conversion = call.args[0], call.func.id  # type: ignore[attr-defined]
         bound, self._read_of[id(call)] = self._bound(value)
-        return self._read_first(call, runtime_call("host_value", bound, ast.Constant(conversion)))
+        arguments = [bound, ast.Constant(conversion), *self._noted_reads()]
+        return self._read_first(call, runtime_call("host_value", *arguments))
 
 
 def _made_on_device(

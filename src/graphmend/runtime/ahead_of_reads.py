@@ -44,6 +44,8 @@ class _Ahead:
 
     site: Site
     why: Callable[[], str | None]
+    #: whether the place is a read (:func:`read_on_host`), not a right side
+    read: bool = False
 
 
 def read_on_host(rewrite: str, condition: str, first: bool, *operands: Any) -> bool:
@@ -98,8 +100,29 @@ def _read_on_host(
     noted = _evaluated_ahead(tracer)
     if first:
         noted[condition] = []
-    noted.setdefault(condition, []).append(_Ahead(site, why))
+    noted.setdefault(condition, []).append(_Ahead(site, why, read=True))
     return None
+
+
+def read_as_written(condition: str) -> None:
+    """Restart the analysis, the first read noted for ``condition`` (:func:`read_on_host`)
+    marked to be made as written: called where the runtime is about to read a tensor of
+    the condition on the host after all (a comparison with what is no number, ``int()``
+    of a float), a break inside a runtime function, where the original's is at its
+    read, and the rest of the function run in Python.  Called only while tracing."""
+    ask_tracer(_read_as_written, None, condition)
+
+
+def _read_as_written(tracer: Any, condition_variable: Any) -> None:
+    """Asked while TorchDynamo traces :func:`read_as_written`."""
+    if in_an_attempt(tracer.output):
+        return
+    noted = _evaluated_ahead(tracer).get(condition_variable.as_python_constant(), [])
+    reads = [entry for entry in noted if entry.read]
+    if reads:
+        reads[0].site.keep_break(
+            "the condition reads a tensor on the host after all, where the original reads it first"
+        )
 
 
 def _computes(nodes: Any) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from graphmend.runtime.ahead_of_reads import speculate_or_none
+from graphmend.runtime.ahead_of_reads import read_as_written, speculate_or_none
 from graphmend.runtime.formatting import symbolic_while_tracing
 
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
@@ -117,7 +117,7 @@ def logical_or(left: torch.Tensor, right: Any) -> Any:
     return True if right else truth(left)
 
 
-def host_value(value: Any, conversion: str) -> Any:
+def host_value(value: Any, conversion: str, condition: str | None = None) -> Any:
     """``value.item()`` / ``float(value)`` / ``int(value)`` / ``bool(value)``, kept on the device.
 
     A one-element tensor is kept as it is where the Python number holds its
@@ -125,18 +125,26 @@ def host_value(value: Any, conversion: str) -> Any:
     :func:`compare`, :func:`truth`), so that nothing is computed on the device
     for a comparison that then reads it on the host; it is converted where the
     conversion changes it: ``bool()``, and ``float()`` of an integer (rounded
-    beyond 2**53).  Anything else converts as the original did.
+    beyond 2**53).  Anything else converts as the original did; a tensor read so, on the
+    host, in ``condition`` (its name, where the translation noted its reads) is read
+    where the original reads first (:func:`read_as_written`).
     """
     if not is_scalar_tensor(value) or value.is_complex():
-        return _convert(value, conversion)
+        return _converted(value, conversion, condition)
     if conversion == "bool":
         return value.reshape(()).bool()
     if value.is_floating_point() and conversion == "int":
         # int() of NaN or inf raises; only the host conversion does that.
-        return _convert(value, conversion)
+        return _converted(value, conversion, condition)
     if conversion == "float" and not value.is_floating_point():
         return value.reshape(()).double()
     return value
+
+
+def _converted(value: Any, conversion: str, condition: str | None) -> Any:
+    if condition is not None and isinstance(value, torch.Tensor):
+        read_as_written(condition)
+    return _convert(value, conversion)
 
 
 def _convert(value: Any, conversion: str) -> Any:
@@ -145,7 +153,14 @@ def _convert(value: Any, conversion: str) -> Any:
     return {"float": float, "int": int, "bool": bool}[conversion](value)
 
 
-def compare(left: Any, operator_symbol: str, right: Any, left_host: bool, right_host: bool) -> Any:
+def compare(
+    left: Any,
+    operator_symbol: str,
+    right: Any,
+    left_host: bool,
+    right_host: bool,
+    condition: str | None = None,
+) -> Any:
     """``left <op> right`` where the sides marked ``*_host`` came from :func:`host_value`.
 
     When each side is a host value or a Python number, both are brought to
@@ -153,10 +168,17 @@ def compare(left: Any, operator_symbol: str, right: Any, left_host: bool, right_
     where each side converts there exactly (:func:`_exactly_as`): Python
     compares an int with a float exactly, float64 only the ints up to 2**53.
     Any other mix is compared as the original did, reading the host values
-    back (the original graph break).
+    back (the original graph break), where ``condition`` (its name, where the
+    translation noted its reads) reads where the original reads first
+    (:func:`read_as_written`).
     """
     compare_values = _COMPARISONS[operator_symbol]
     if not compared_on_device(left, right, left_host, right_host):
+        sides = ((left, left_host), (right, right_host))
+        if condition is not None and any(
+            host and isinstance(value, torch.Tensor) for value, host in sides
+        ):
+            read_as_written(condition)
         return compare_values(_on_host(left, left_host), _on_host(right, right_host))
     dtype = _common_dtype(left, right)
     return compare_values(_as(left, dtype), _as(right, dtype))
