@@ -162,7 +162,7 @@ class Translation:
     #: The condition's name for what it evaluates ahead of the original's break (after
     #: its first host read, ``runtime.read_on_host``; the right sides of its
     #: ``and``/``or``, ``runtime.conditions.speculated``), if any.
-    speculation: str | None
+    name: str | None
 
     def choice_on_host(self, evaluated: ast.expr) -> ast.expr:
         """The choice as the original makes it, given ``evaluated``, the condition's value,
@@ -173,7 +173,7 @@ class Translation:
         ``evaluated``, its result.  A longer test's truth is read with ``host_truth``
         where it reads a host value: a break at a read too, not at a jump on a tensor
         (nothing the test evaluated runs twice).  Where the condition evaluated anything
-        ahead of the original's break, ``keep_speculated_breaks(<name>) or <choice>``: it
+        ahead of the original's break, ``before_host_choice(<name>) or <choice>``: it
         may restart the analysis, the first read made on the host or a right side read
         by the original's jump (:mod:`graphmend.runtime.ahead_of_reads`)."""
         if self.reread is not None:
@@ -183,9 +183,9 @@ class Translation:
             )
         else:
             choice = runtime_call("host_truth", evaluated) if self.reads_host else evaluated
-        if self.speculation is None:
+        if self.name is None:
             return choice
-        kept = runtime_call("keep_speculated_breaks", ast.Constant(self.speculation))
+        kept = runtime_call("before_host_choice", ast.Constant(self.name))
         return ast.BoolOp(op=ast.Or(), values=[kept, choice])
 
 
@@ -208,7 +208,7 @@ class ConditionTranslator:
         self.bound = bound
         self.prelude: list[ast.stmt] = []
         self._locals: set[str] = set()
-        self._speculation: str | None = None  # the condition's name, once it needs one
+        self._condition_name: str | None = None  # the condition's name, once it needs one
         #: how deep in the right sides of ``and``/``or`` the translation stands
         self._right_sides = 0
         #: whether the first read on the host, of the condition or of the right side of an
@@ -239,7 +239,7 @@ class ConditionTranslator:
         self._operands = []
         self._compared_reads = []
         self._read_of = {}
-        self._speculation = None
+        self._condition_name = None
         self._right_sides = 0
         self._first_read_translated = False
         self._rereadable = set()
@@ -259,7 +259,7 @@ class ConditionTranslator:
             self._reread(condition),
             self._on_device.get(id(_without_not(condition))),
             self._read_of.get(id(_without_not(condition))),
-            self._speculation,
+            self._condition_name,
         )
 
     def _reread(self, test: ast.expr) -> ast.expr | None:
@@ -389,7 +389,7 @@ class ConditionTranslator:
         the device, one host read or one read kept on the device (a break at the read,
         as the original's, not at a jump on a tensor; see
         :meth:`Translation.choice_on_host`), else ``result``.  Read again where the
-        condition noted a read, ``keep_speculated_breaks(<name>) or <truth>``: what it
+        condition noted a read, ``before_host_choice(<name>) or <truth>``: what it
         evaluated since may need the original's break at that read
         (:mod:`graphmend.runtime.ahead_of_reads`)."""
         reread = self._reread(left)
@@ -405,9 +405,9 @@ class ConditionTranslator:
             body=reread,
             orelse=load(result),
         )
-        if self._speculation is None:
+        if self._condition_name is None:
             return truth
-        kept = runtime_call("keep_speculated_breaks", self._name())
+        kept = runtime_call("before_host_choice", self._name())
         return ast.BoolOp(op=ast.Or(), values=[kept, truth])
 
     def _ahead_of_time(
@@ -468,16 +468,16 @@ class ConditionTranslator:
     def _name(self) -> ast.Constant:
         """The condition's name for what it evaluates ahead of the original's break:
         unique in the process, a module's file and a name."""
-        if self._speculation is None:
+        if self._condition_name is None:
             identifier = self.module.fresh_identifier("condition")
-            self._speculation = f"{self.module.filename}:{identifier}"
-        return ast.Constant(self._speculation)
+            self._condition_name = f"{self.module.filename}:{identifier}"
+        return ast.Constant(self._condition_name)
 
     def _noted_reads(self) -> list[ast.expr]:
         """``[<name>]``, the condition's name, where a read of it is noted (or the one
         being translated will be: :meth:`_read_first`), for a runtime function that
         may read a tensor on the host after all; else ``[]``."""
-        if self._speculation is None and self._first_read_translated:
+        if self._condition_name is None and self._first_read_translated:
             return []
         return [self._name()]
 

@@ -11,7 +11,7 @@ import sys
 import types
 
 from graphmend.post_import import when_imported
-from graphmend.runtime.ahead_of_reads import keep_speculated_breaks, read_on_host
+from graphmend.runtime.ahead_of_reads import before_host_choice, read_on_host
 from graphmend.runtime.conditions import (
     allclose,
     compare,
@@ -58,6 +58,7 @@ __all__ = [
     "as_written",
     "assign_item",
     "attribute",
+    "before_host_choice",
     "branch",
     "callee",
     "capture",
@@ -77,7 +78,6 @@ __all__ = [
     "host_value",
     "is_scalar_tensor",
     "item_from_python",
-    "keep_speculated_breaks",
     "keyable",
     "logical_and",
     "logical_or",

@@ -16,7 +16,7 @@ value changes (helper hgen6's h6, h1 and h3).
 
 So each place is noted: :func:`read_on_host` where the original reads first, a right
 side's speculation where it guarded; and the choice made on the host after all first calls
-:func:`keep_speculated_breaks`, which restarts the analysis with the earliest place whose
+:func:`before_host_choice`, which restarts the analysis with the earliest place whose
 evaluation ahead did so marked: there the next analysis reads on the host, as the original
 does, or evaluates the right side by the original's jump.
 """
@@ -52,7 +52,7 @@ def read_on_host(rewrite: str, condition: str, first: bool, *operands: Any) -> b
     """Whether a host read that ``condition`` (its name) makes first, of ``operands``
     (evaluated before, as the original evaluates them), is made on the host as written:
     where an earlier analysis of this compile restarted for it
-    (:func:`keep_speculated_breaks`), recorded for ``rewrite``.  ``first``: the first
+    (:func:`before_host_choice`), recorded for ``rewrite``.  ``first``: the first
     read of the condition, not in a right side of its ``and``/``or`` (what was noted of
     the condition before is of an earlier evaluation).  Nothing is noted inside an
     attempt, which may be taken back (a right side evaluated ahead of time, a branch).
@@ -137,7 +137,7 @@ def speculate_or_none(
     recorded for ``rewrite``: ``runtime.attempts.call_or_none``), for the right side of an
     ``and``/``or`` in ``condition`` (its name), evaluated ahead of time; where it leaves
     guards, a choice made on the host after all keeps the original's jump instead
-    (:func:`keep_speculated_breaks`).  Called only while tracing."""
+    (:func:`before_host_choice`).  Called only while tracing."""
     return ask_tracer(_speculate, None, rewrite, condition, function, arguments)
 
 
@@ -170,16 +170,16 @@ _GUARDED_RIGHT_SIDE = (
 )
 
 
-def keep_speculated_breaks(condition: str) -> None:
+def before_host_choice(condition: str) -> None:
     """Before a choice on ``condition`` is made on the host after all (its site kept its
     break): restart the analysis if what the condition evaluated ahead of the original's
     break (after its first host read, or a right side speculated) needs the break there,
     the earliest such place marked to keep it.  Called only while tracing."""
-    ask_tracer(_keep_speculated_breaks, None, condition)
+    ask_tracer(_before_host_choice, None, condition)
 
 
-def _keep_speculated_breaks(tracer: Any, condition_variable: Any) -> None:
-    """Asked while TorchDynamo traces :func:`keep_speculated_breaks`."""
+def _before_host_choice(tracer: Any, condition_variable: Any) -> None:
+    """Asked while TorchDynamo traces :func:`before_host_choice`."""
     if in_an_attempt(tracer.output):
         return  # a right side's own choice, evaluated ahead of time: the condition's comes
     noted = _evaluated_ahead(tracer).pop(condition_variable.as_python_constant(), [])
