@@ -11,14 +11,17 @@ jump on the left side) and evaluates the rest in the frame it resumes; what the
 translation evaluated after that point may have made TorchDynamo guard, in the frame
 before the break, on what plain compile's frame never reads (a Python float ``t``, a
 counter kept in a global), or compile a graph of its own where plain compile's was empty
-(``torch.allclose`` right after another break): the frame compiles again whenever that
-value changes (helper hgen6's h6, h1 and h3).
+(``torch.allclose`` right after another break); and reading again at the choice, the
+frame breaks at another place than the original, which gives another resume function
+(helper hgen6's h6, h1 and h3; fuzz seeds 77, 2067).
 
 So each place is noted: :func:`read_on_host` where the original reads first, a right
 side's speculation where it guarded; and the choice made on the host after all first calls
-:func:`before_host_choice`, which restarts the analysis with the earliest place whose
-evaluation ahead did so marked: there the next analysis reads on the host, as the original
-does, or evaluates the right side by the original's jump.
+:func:`before_host_choice`, which restarts the analysis with the earliest place noted
+marked: there the next analysis reads on the host, as the original does (the same break,
+the same frames after it), or evaluates the right side by the original's jump.  A read is
+made as written too where a runtime function would read the tensor on the host itself
+(:func:`read_as_written`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphmend.runtime.asking import ask_tracer
-from graphmend.runtime.attempts import Attempt, Site, in_an_attempt, traced_attempt
+from graphmend.runtime.attempts import Site, in_an_attempt, traced_attempt
 from graphmend.runtime.fallbacks import record_at
 
 #: The attribute of the ``OutputGraph`` being traced that holds, by condition, what was
@@ -39,11 +42,11 @@ _AHEAD = "graphmend_evaluated_ahead"
 @dataclass(frozen=True)
 class _Ahead:
     """A place in a condition after which the translation evaluates what the original
-    evaluates after its break, and why that keeps the original's break there (``None``:
-    it need not), asked when the choice is made on the host."""
+    evaluates after its break, and why it keeps the original's break there where the
+    choice is made on the host."""
 
     site: Site
-    why: Callable[[], str | None]
+    reason: str
     #: whether the place is a read (:func:`read_on_host`), not a right side
     read: bool = False
 
@@ -71,7 +74,6 @@ def _read_on_host(
         if in_an_attempt(tracer.output):
             return None
         site = Site(tracer)
-        attempt = Attempt(tracer, guards_kept=True)
     except (AttributeError, ImportError, KeyError, TypeError):
         return None  # the translation reads on the device, as it did before
     kept = site.kept_break()
@@ -80,28 +82,17 @@ def _read_on_host(
         return True
     if site.one_graph:
         return None  # the original's break would fail the compile: nothing to keep
-    empty = not _computes(attempt.graph.nodes)
-
-    def why() -> str | None:
-        if attempt.guarded_what_may_change():
-            return (
-                "evaluated after its first host read, the condition made TorchDynamo guard "
-                "on what the original reads only after its break there, and the choice is "
-                "made on the host"
-            )
-        if empty and _computes(attempt.added()):
-            return (
-                "the condition computes on the device what the original reads on the host "
-                "first, in a graph plain compile does not make, and the choice is made on "
-                "the host"
-            )
-        return None
-
     noted = _evaluated_ahead(tracer)
     if first:
         noted[condition] = []
-    noted.setdefault(condition, []).append(_Ahead(site, why, read=True))
+    noted.setdefault(condition, []).append(_Ahead(site, _READ_FIRST, read=True))
     return None
+
+
+_READ_FIRST = (
+    "the choice is made on the host: the condition reads where the original reads first, "
+    "its break, and evaluates the rest after it"
+)
 
 
 def read_as_written(condition: str) -> None:
@@ -123,11 +114,6 @@ def _read_as_written(tracer: Any, condition_variable: Any) -> None:
         reads[0].site.keep_break(
             "the condition reads a tensor on the host after all, where the original reads it first"
         )
-
-
-def _computes(nodes: Any) -> bool:
-    """Whether a graph holding ``nodes`` computes anything (TorchDynamo compiles it)."""
-    return any(node.op.startswith("call") for node in nodes)
 
 
 def speculate_or_none(
@@ -160,7 +146,7 @@ def _speculate(
         and attempt.guarded_what_may_change()
     ):
         noted = _evaluated_ahead(tracer).setdefault(condition_variable.as_python_constant(), [])
-        noted.append(_Ahead(site, lambda: _GUARDED_RIGHT_SIDE))
+        noted.append(_Ahead(site, _GUARDED_RIGHT_SIDE))
     return traced.result
 
 
@@ -183,10 +169,9 @@ def _before_host_choice(tracer: Any, condition_variable: Any) -> None:
     if in_an_attempt(tracer.output):
         return  # a right side's own choice, evaluated ahead of time: the condition's comes
     noted = _evaluated_ahead(tracer).pop(condition_variable.as_python_constant(), [])
-    kept = [(entry.site, reason) for entry in noted if (reason := entry.why()) is not None]
-    if kept:
-        site, reason = min(kept, key=lambda kept_one: kept_one[0].position)
-        site.keep_break(reason)
+    if noted:
+        first = min(noted, key=lambda entry: entry.site.position)
+        first.site.keep_break(first.reason)
 
 
 def _evaluated_ahead(tracer: Any) -> dict[str, list[_Ahead]]:
