@@ -11,7 +11,10 @@ the truth of the condition becomes a device value compared exactly;
 does a membership test (``0.0 in mask``), which searches a tensor on the host.  The
 right side of ``and``/``or`` is evaluated ahead of time only when it is pure, and as an
 attempt (``runtime.conditions.speculated``): where it cannot be traced, raises when it
-runs, or has no single truth, the original's jump decides.
+runs, or has no single truth, the original's jump decides.  The first host read (of the
+condition, and of each right side) is marked where the original makes it
+(``runtime.read_on_host``): where the choice is made on the host after all, the next
+analysis reads there as written, the original's break.
 Everything else is left as written, so that the translated condition always
 computes what the original computes, and whatever it cannot keep on the
 device is decided on the host exactly as before.
