@@ -237,39 +237,6 @@ class AllOnesOrLarge(nn.Module):
         return h
 
 
-class ComparedAfterItsRead(nn.Module):
-    '''The other side of a comparison of a host read is a Python float, read by the
-    original only after its break at float(), where the rest of the frame is given up.'''
-
-    def forward(self, x, t):
-        h = x * 2
-        if float(x.mean()) < t:
-            h = h * 2
-        else:
-            h = h[:1]
-        for _ in range(3):
-            if h.sum() > 1.0:
-                break
-            h = h + 1
-        return h
-
-
-class ComparedRightOfAnAnd(nn.Module):
-    '''The same comparison on the right of an and whose left side is a Python value.'''
-
-    def forward(self, x, t):
-        h = x * 2
-        if x is not None and float(x.mean()) < t:
-            h = h * 2
-        else:
-            h = h[:1]
-        for _ in range(3):
-            if h.sum() > 1.0:
-                break
-            h = h + 1
-        return h
-
-
 class Meter:
     def __init__(self):
         self.reads = 0
@@ -365,6 +332,29 @@ class EqualOrAMethod(nn.Module):
         assert torch.equal(x, y) or self.bump(), "not equal"
         return h + 1
 """
+
+#: A comparison of a host read whose other side is a Python float, read by the original
+#: only after its break at float(), where the rest of the frame is given up: on its own,
+#: and on the right of an and whose left side is a Python value.
+COMPARED_AFTER_ITS_READ = """
+
+class {name}(nn.Module):
+    def forward(self, x, t):
+        h = x * 2
+        if {test}:
+            h = h * 2
+        else:
+            h = h[:1]
+        for _ in range(3):
+            if h.sum() > 1.0:
+                break
+            h = h + 1
+        return h
+"""
+SOURCE += COMPARED_AFTER_ITS_READ.format(name="ComparedAfterItsRead", test="float(x.mean()) < t")
+SOURCE += COMPARED_AFTER_ITS_READ.format(
+    name="ComparedRightOfAnAnd", test="x is not None and float(x.mean()) < t"
+)
 
 
 @pytest.fixture(scope="module")
