@@ -118,3 +118,41 @@ def test_a_host_read_made_on_the_host_after_all_breaks_at_the_users_read(load_bo
     assert lines and len(lines) <= len(expected)
     assert {line for _, line in lines} <= {line for _, line in expected}
     assert all(filename == mended.__file__ for filename, _ in lines)
+
+
+HELD = """
+import torch
+
+
+class Held:
+    def __init__(self):
+        self.value = torch.tensor(0.1, dtype=torch.float64)
+
+    def item(self):  # an object's own item(), which gives a tensor
+        return self.value
+
+
+held = Held()
+
+
+def below(x, y):
+    h = x * 2
+    if held.item() < y[0, 0]:
+        h = h[:1]  # shapes differ: the choice is made on the host
+    else:
+        h = h + 1
+    return h
+"""
+
+
+def test_a_tensor_an_objects_item_gives_is_compared_as_the_original_compares_it(load_both):
+    """The float64 tensor an object's ``item()`` gives was read with ``.item()`` and the
+    Python float compared with a float32 tensor, which rounds it to float32 (0.1 < 0.1f
+    false); the original compares the two tensors in float64 (true): the compiled call
+    took the other branch."""
+    plain, mended = load_both(HELD)
+    x, y = torch.ones(2, 2), torch.tensor([[0.1]])
+    expected = plain.below(x, y)
+    result, graphs = _compiled(mended.below, x, y)
+    assert torch.equal(result, expected)
+    assert graphs <= _compiled(plain.below, x, y)[1]

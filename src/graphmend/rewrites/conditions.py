@@ -530,12 +530,23 @@ class ConditionTranslator:
             self._compared(operand) if read else self._bound(operand)
             for operand, read in zip(operands, host, strict=True)
         )
-        flags = [ast.Constant(host[0]), ast.Constant(host[1])]
-        made = runtime_call("compared_on_device", left_read, right_read, *flags)
+        made = runtime_call("compared_on_device", left_read, right_read, *self._flags(operands))
         self._on_device[id(node)] = made
         self._rereadable.add(id(node))
-        noted = self._noted_reads()
+        flags, noted = self._flags(operands), self._noted_reads()
         return runtime_call("compare", left, ast.Constant(symbol), right, *flags, *noted)
+
+    def _flags(self, operands: Sequence[ast.expr]) -> list[ast.expr]:
+        """For each operand of a comparison, whether it is a host read of a tensor
+        (``runtime.reads_a_tensor`` of what it reads, bound to a local): an object's own
+        ``item()`` (``__float__``...) is read by nothing on the host, and a tensor it
+        gives is compared as the original compares it."""
+        return [
+            runtime_call("reads_a_tensor", copy.deepcopy(self._read_of[id(operand)]))
+            if self._is_host_read(operand)
+            else ast.Constant(False)
+            for operand in operands
+        ]
 
     def _compared(self, call: ast.expr) -> tuple[ast.expr, ast.expr]:
         """The host value of ``call`` as :meth:`_host_value` gives it, bound to a local,

@@ -24,6 +24,7 @@ from graphmend.runtime.conditions import (
     logical_and,
     logical_or,
     not_,
+    reads_a_tensor,
     speculated,
 )
 from graphmend.runtime.continuation import continuation
@@ -88,6 +89,7 @@ __all__ = [
     "names_formattable",
     "not_",
     "read_on_host",
+    "reads_a_tensor",
     "rebuild",
     "render",
     "search_site",

@@ -117,6 +117,13 @@ def logical_or(left: torch.Tensor, right: Any) -> Any:
     return True if right else truth(left)
 
 
+def reads_a_tensor(value: Any) -> bool:
+    """Whether a host read (``value.item()``, ``float(value)``) reads a tensor: what an
+    object's own ``item()`` or ``__float__`` gives is no value read from a tensor, and a
+    tensor it gives is compared as the original compares it (no ``.item()`` of it)."""
+    return isinstance(value, torch.Tensor)
+
+
 def host_value(value: Any, conversion: str, condition: str | None = None) -> Any:
     """``value.item()`` / ``float(value)`` / ``int(value)`` / ``bool(value)``, kept on the device.
 
@@ -161,7 +168,8 @@ def compare(
     right_host: bool,
     condition: str | None = None,
 ) -> Any:
-    """``left <op> right`` where the sides marked ``*_host`` came from :func:`host_value`.
+    """``left <op> right`` where the sides marked ``*_host`` came from :func:`host_value`
+    reading a tensor (:func:`reads_a_tensor`).
 
     When each side is a host value or a Python number, both are brought to
     float64 if either is floating, else to int64, and compared on the device,
