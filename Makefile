@@ -35,6 +35,7 @@ FLOOR_TESTS := tests/test_torch_support.py tests/test_notices.py tests/test_trap
 	tests/test_predicate.py tests/test_hook.py tests/test_dynamic_shapes.py tests/test_user_workflows.py \
 	tests/test_skipped_frames.py tests/test_from_python.py tests/test_subgraphs.py \
 	tests/test_branch_effects.py tests/test_language_corners.py tests/test_recompiles.py \
+	tests/test_host_comparisons.py \
 	tests/test_continuation.py::test_a_branch_reading_a_symbolic_number_adds_no_graph \
 	tests/test_guards_adversarial.py::test_an_input_updated_uncounted_before_a_failing_guard_stays_updated \
 	tests/test_continuation_adversarial.py::test_a_rest_updating_its_argument_updates_the_callers_tensor \

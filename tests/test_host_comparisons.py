@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from torch._dynamo.testing import CompileCounter
 
-from helpers.modules import import_both
+from graphmend.pipeline import compile_module, rewrite
+from helpers.modules import import_both, run_as_module
+from test_predicate import bitwise_equal
 
 SOURCE = """
 def above(x, limit):
@@ -156,3 +160,85 @@ def test_a_tensor_an_objects_item_gives_is_compared_as_the_original_compares_it(
     result, graphs = _compiled(mended.below, x, y)
     assert torch.equal(result, expected)
     assert graphs <= _compiled(plain.below, x, y)[1]
+
+
+#: What a host read reads, and how (the read on the left of the comparison).
+READS = ["a.item()", "float(a)", "int(a)", "bool(a)", "held.item()"]
+#: What it is compared with.
+OTHERS = ["b[0]", "float(b[0])", "c", "b[0].item()"]
+SYMBOLS = ["<", "<=", ">", ">=", "==", "!="]
+#: Arms that merge (the comparison made on the device), and arms of other shapes (the
+#: choice made on the host after all).
+ARMS = {"merged": ("h * 2", "h + 1"), "on the host": ("h[:1]", "h + 1")}
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64]
+VALUES = [0.1, 1 / 3, -0.0, 0.5, 2.0, 3.0, 2.0**24 + 1, -7.0, float("nan"), float("inf")]
+
+
+class _Held:
+    """An object whose own ``item()`` gives a tensor (the original compares it as one)."""
+
+    def __init__(self) -> None:
+        self.value = torch.tensor(0.0)
+
+    def item(self) -> torch.Tensor:
+        return self.value
+
+
+def _comparing(read: str, symbol: str, other: str, arms: str) -> str:
+    then, otherwise = ARMS[arms]
+    return (
+        "def f(a, b, c, held):\n"
+        "    h = b * 1\n"
+        f"    if {read} {symbol} {other}:\n"
+        f"        h = {then}\n"
+        "    else:\n"
+        f"        h = {otherwise}\n"
+        "    return h\n"
+    )
+
+
+def _tensor_of(value: float, dtype: torch.dtype) -> torch.Tensor | None:
+    """``value`` as a one-element tensor of ``dtype``; ``None`` where it has no such
+    value (NaN or infinity of an integer dtype)."""
+    if not dtype.is_floating_point and (value != value or abs(value) == float("inf")):
+        return None
+    return torch.tensor([value]).to(dtype)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    read=st.sampled_from(READS),
+    symbol=st.sampled_from(SYMBOLS),
+    other=st.sampled_from(OTHERS),
+    arms=st.sampled_from(sorted(ARMS)),
+    values=st.tuples(*[st.sampled_from(VALUES)] * 3),
+    dtypes=st.tuples(*[st.sampled_from(DTYPES)] * 3),
+    python_other=st.sampled_from([0, 1, 3, 0.1, 2.5, -0.0, 2**24 + 1]),
+)
+def test_a_comparison_of_a_host_read_compiled_chooses_as_the_original(
+    read, symbol, other, arms, values, dtypes, python_other
+):
+    """Compiled under GraphMend, a comparison of a host read (of a tensor, or an object's
+    own ``item()`` giving one) with a number, a tensor or another host read, of any
+    dtype, chooses what the original chooses, merged on the device or on the host."""
+    a, b, held_value = (
+        _tensor_of(value, dtype) for value, dtype in zip(values, dtypes, strict=True)
+    )
+    assume(a is not None and b is not None and held_value is not None)
+    held = _Held()
+    held.value = held_value.reshape(())
+    source = _comparing(read, symbol, other, arms)
+    arguments = (a, b, python_other, held)
+    original = run_as_module(compile(source, "<host comparison>", "exec"), "gm_plain_cmp")["f"]
+    result = rewrite(source, "<host comparison>", {"predicate"})
+    mended = run_as_module(compile_module(result.tree, "<host comparison>"), "gm_cmp")["f"]
+    try:
+        expected: object = original(*arguments)
+    except (OverflowError, RuntimeError, ValueError) as error:  # int() of NaN or inf
+        expected = type(error)
+    torch._dynamo.reset()
+    try:
+        outcome: object = torch.compile(mended, backend="eager")(*arguments)
+    except (OverflowError, RuntimeError, ValueError) as error:
+        outcome = type(error)
+    assert bitwise_equal(outcome, expected), source
