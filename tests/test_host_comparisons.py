@@ -184,17 +184,36 @@ class _Held:
         return self.value
 
 
-def _comparing(read: str, symbol: str, other: str, arms: str) -> str:
+def _choosing(test: str, arms: str) -> str:
     then, otherwise = ARMS[arms]
     return (
+        "import torch\n\n"
         "def f(a, b, c, held):\n"
         "    h = b * 1\n"
-        f"    if {read} {symbol} {other}:\n"
+        f"    if {test}:\n"
         f"        h = {then}\n"
         "    else:\n"
         f"        h = {otherwise}\n"
         "    return h\n"
     )
+
+
+def _chooses_as_the_original(source: str, arguments: tuple[object, ...]) -> None:
+    """The function ``f`` of ``source``, rewritten and compiled, gives what the original
+    gives eagerly, or raises the same kind of error."""
+    original = run_as_module(compile(source, "<host read>", "exec"), "gm_plain_read")["f"]
+    result = rewrite(source, "<host read>", {"predicate"})
+    mended = run_as_module(compile_module(result.tree, "<host read>"), "gm_read")["f"]
+    try:
+        expected: object = original(*arguments)
+    except (OverflowError, RuntimeError, ValueError) as error:  # int() of NaN or inf
+        expected = type(error)
+    torch._dynamo.reset()
+    try:
+        outcome: object = torch.compile(mended, backend="eager")(*arguments)
+    except (OverflowError, RuntimeError, ValueError) as error:
+        outcome = type(error)
+    assert bitwise_equal(outcome, expected), source
 
 
 def _tensor_of(value: float, dtype: torch.dtype) -> torch.Tensor | None:
@@ -227,18 +246,47 @@ def test_a_comparison_of_a_host_read_compiled_chooses_as_the_original(
     assume(a is not None and b is not None and held_value is not None)
     held = _Held()
     held.value = held_value.reshape(())
-    source = _comparing(read, symbol, other, arms)
-    arguments = (a, b, python_other, held)
-    original = run_as_module(compile(source, "<host comparison>", "exec"), "gm_plain_cmp")["f"]
-    result = rewrite(source, "<host comparison>", {"predicate"})
-    mended = run_as_module(compile_module(result.tree, "<host comparison>"), "gm_cmp")["f"]
-    try:
-        expected: object = original(*arguments)
-    except (OverflowError, RuntimeError, ValueError) as error:  # int() of NaN or inf
-        expected = type(error)
-    torch._dynamo.reset()
-    try:
-        outcome: object = torch.compile(mended, backend="eager")(*arguments)
-    except (OverflowError, RuntimeError, ValueError) as error:
-        outcome = type(error)
-    assert bitwise_equal(outcome, expected), source
+    _chooses_as_the_original(
+        _choosing(f"{read} {symbol} {other}", arms), (a, b, python_other, held)
+    )
+
+
+#: Tests that read tensors on the host otherwise: kept on the device by GraphMend
+#: (torch.equal, torch.allclose, a search), their truth taken, in and/or.
+TESTS = [
+    "torch.equal(a, b)",
+    "not torch.equal(a, b)",
+    "torch.allclose(a, b)",
+    "torch.allclose(a, b, rtol=0, atol=c)",
+    "torch.allclose(a, b, 0.5, 0.0, True)",
+    "c in a",
+    "c not in a",
+    "torch.equal(a, b) or c > 1",
+    "c > 1 and torch.equal(a, b)",
+    "bool(a[0]) and c > 0",
+    "not a[0].item()",
+    "a[0].item() and b[0].item()",
+    "c < a[0].item() <= 3",
+    "float(a[0]) > c or float(b[0]) < c",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    test=st.sampled_from(TESTS),
+    arms=st.sampled_from(sorted(ARMS)),
+    rows=st.tuples(*[st.lists(st.sampled_from(VALUES), min_size=1, max_size=2)] * 2),
+    dtypes=st.tuples(*[st.sampled_from(DTYPES)] * 2),
+    c=st.sampled_from([0, 1, 3, 0.1, 0.5, -0.0, float("nan")]),
+)
+def test_a_test_reading_tensors_compiled_chooses_as_the_original(test, arms, rows, dtypes, c):
+    """The same for tests that read tensors otherwise (``torch.equal``,
+    ``torch.allclose``, a search of a tensor for a number, truth of a host read, in
+    ``and``/``or`` and chained), tensors of one or two elements of any dtype."""
+    tensors = []
+    for row, dtype in zip(rows, dtypes, strict=True):
+        elements = [_tensor_of(value, dtype) for value in row]
+        assume(all(element is not None for element in elements))
+        tensors.append(torch.cat(elements))  # type: ignore[arg-type]
+    a, b = tensors
+    _chooses_as_the_original(_choosing(test, arms), (a, b, c, _Held()))
