@@ -198,21 +198,32 @@ def _choosing(test: str, arms: str) -> str:
     )
 
 
-def _chooses_as_the_original(source: str, arguments: tuple[object, ...]) -> None:
+def _guarding(test: str, form: str) -> str:
+    guard = (
+        f"assert not ({test}), 'bad'"
+        if form == "assert"
+        else f"if {test}:\n        raise ValueError('bad')"
+    )
+    return f"import torch\n\ndef f(a, b, c, held):\n    h = b * 1\n    {guard}\n    return h * 2\n"
+
+
+def _chooses_as_the_original(
+    source: str, arguments: tuple[object, ...], rewrites: frozenset[str] = frozenset({"predicate"})
+) -> None:
     """The function ``f`` of ``source``, rewritten and compiled, gives what the original
     gives eagerly, or raises the same kind of error."""
     original = run_as_module(compile(source, "<host read>", "exec"), "gm_plain_read")["f"]
-    result = rewrite(source, "<host read>", {"predicate"})
+    result = rewrite(source, "<host read>", set(rewrites))
     mended = run_as_module(compile_module(result.tree, "<host read>"), "gm_read")["f"]
     try:
         expected: object = original(*arguments)
-    except (OverflowError, RuntimeError, ValueError) as error:  # int() of NaN or inf
-        expected = type(error)
+    except (AssertionError, OverflowError, RuntimeError, ValueError) as error:  # int(nan)
+        expected = (type(error), str(error) if type(error) is not RuntimeError else "")
     torch._dynamo.reset()
     try:
         outcome: object = torch.compile(mended, backend="eager")(*arguments)
-    except (OverflowError, RuntimeError, ValueError) as error:
-        outcome = type(error)
+    except (AssertionError, OverflowError, RuntimeError, ValueError) as error:
+        outcome = (type(error), str(error) if type(error) is not RuntimeError else "")
     assert bitwise_equal(outcome, expected), source
 
 
@@ -290,3 +301,22 @@ def test_a_test_reading_tensors_compiled_chooses_as_the_original(test, arms, row
         tensors.append(torch.cat(elements))  # type: ignore[arg-type]
     a, b = tensors
     _chooses_as_the_original(_choosing(test, arms), (a, b, c, _Held()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    test=st.sampled_from(TESTS + [f"a[0].item() {symbol} c" for symbol in SYMBOLS]),
+    form=st.sampled_from(["assert", "raise"]),
+    rows=st.tuples(*[st.lists(st.sampled_from(VALUES), min_size=1, max_size=2)] * 2),
+    dtypes=st.tuples(*[st.sampled_from(DTYPES)] * 2),
+    c=st.sampled_from([0, 1, 3, 0.1, 0.5, -0.0, float("nan")]),
+)
+def test_a_guard_reading_tensors_compiled_raises_as_the_original(test, form, rows, dtypes, c):
+    """The same tests as guards GraphMend lowers (``assert``, ``if ...: raise``)."""
+    tensors = []
+    for row, dtype in zip(rows, dtypes, strict=True):
+        elements = [_tensor_of(value, dtype) for value in row]
+        assume(all(element is not None for element in elements))
+        tensors.append(torch.cat(elements))  # type: ignore[arg-type]
+    a, b = tensors
+    _chooses_as_the_original(_guarding(test, form), (a, b, c, _Held()), frozenset({"trap"}))
