@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torch._dynamo.testing import CompileCounter
 
 from graphmend.pipeline import compile_module, rewrite
+from graphmend.runtime import fallbacks
 from helpers.modules import import_both, run_as_module
 from test_predicate import bitwise_equal
 
@@ -320,3 +321,15 @@ def test_a_guard_reading_tensors_compiled_raises_as_the_original(test, form, row
         tensors.append(torch.cat(elements))  # type: ignore[arg-type]
     a, b = tensors
     _chooses_as_the_original(_guarding(test, form), (a, b, c, _Held()), frozenset({"trap"}))
+
+
+def test_an_objects_own_read_is_not_read_again_as_written(load_both):
+    """An object's own ``item()`` is no read of a tensor: the original does not break
+    there, and the analysis does not restart to read it as written."""
+    plain, mended = load_both(HELD)
+    x, y = torch.ones(2, 2), torch.tensor([[0.1]])
+    fallbacks.clear()
+    result, _ = _compiled(mended.below, x, y)
+    assert torch.equal(result, plain.below(x, y))
+    reasons = [record.reason for record in fallbacks.records()]
+    assert reasons and not any("reads where the original reads first" in r for r in reasons)

@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import Site, in_an_attempt, traced_attempt
 from graphmend.runtime.fallbacks import record_at
@@ -58,13 +60,19 @@ def read_on_host(rewrite: str, condition: str, first: bool, *operands: Any) -> b
     (:func:`before_host_choice`), recorded for ``rewrite``.  ``first``: the first
     read of the condition, not in a right side of its ``and``/``or`` (what was noted of
     the condition before is of an earlier evaluation).  Nothing is noted inside an
-    attempt, which may be taken back (a right side evaluated ahead of time, a branch).
-    ``False`` outside TorchDynamo.  Called only while tracing."""
-    return ask_tracer(_read_on_host, False, rewrite, condition, first)
+    attempt, which may be taken back (a right side evaluated ahead of time, a branch),
+    nor where no operand is a tensor (an object's own ``item()`` or ``__bool__``: the
+    original does not break there).  ``False`` outside TorchDynamo.  Called only while
+    tracing."""
+    return ask_tracer(_read_on_host, False, rewrite, condition, first, *operands)
 
 
 def _read_on_host(
-    tracer: Any, rewrite_variable: Any, condition_variable: Any, first_variable: Any
+    tracer: Any,
+    rewrite_variable: Any,
+    condition_variable: Any,
+    first_variable: Any,
+    *operand_variables: Any,
 ) -> bool | None:
     """Asked while TorchDynamo traces :func:`read_on_host`."""
     try:
@@ -72,6 +80,11 @@ def _read_on_host(
         condition = condition_variable.as_python_constant()
         first = first_variable.as_python_constant()
         if in_an_attempt(tracer.output):
+            return None
+        noted = _evaluated_ahead(tracer)
+        if first:
+            noted[condition] = []
+        if not any(map(_is_a_tensor, operand_variables)):
             return None
         site = Site(tracer)
     except (AttributeError, ImportError, KeyError, TypeError):
@@ -82,11 +95,16 @@ def _read_on_host(
         return True
     if site.one_graph:
         return None  # the original's break would fail the compile: nothing to keep
-    noted = _evaluated_ahead(tracer)
-    if first:
-        noted[condition] = []
     noted.setdefault(condition, []).append(_Ahead(site, _READ_FIRST, read=True))
     return None
+
+
+def _is_a_tensor(variable: Any) -> bool:
+    """Whether TorchDynamo's ``variable`` holds a tensor."""
+    try:
+        return issubclass(variable.python_type(), torch.Tensor)
+    except NotImplementedError:
+        return False
 
 
 _READ_FIRST = (
