@@ -314,6 +314,16 @@ class ReadAgainBeforeAnEqual(nn.Module):
         return h
 
 
+class ComparesTwoReads(nn.Module):
+    '''Two reads compared in a guard that keeps its break (its message formats a number
+    it is given): the frame resumed after the first read reads the second at once.'''
+
+    def forward(self, x, y, t):
+        h = x + y
+        assert (x * y).sum().item() >= x[0, 0].item(), f"bad {t}"
+        return h
+
+
 class EqualOrAMethod(nn.Module):
     '''torch.equal left of an or whose right side, a method, is not evaluated ahead of
     time: the left side's truth is read on the host at once.'''
@@ -542,6 +552,28 @@ _ROWS = [
     torch.tensor([[0.75, -1.5, 0.5, 1.0], [-0.25, 0.5, 1.0, 1.25]]),
 ]
 _LIMITS = (0.001, 2.0, 2.0)
+_PAIRS = [
+    (
+        torch.tensor([[-1.0, 1.75, 1.75, -1.25], [-0.5, -0.25, 0.5, -1.75]]),
+        torch.tensor([[-1.25, 1.75, 1.5, 1.75], [1.25, 1.25, -1.5, -0.75]]),
+        0.0,
+    ),
+    (
+        torch.tensor([[0.25, -0.5, -1.75, 1.75], [-1.0, 0.75, 1.5, -0.5]]),
+        torch.tensor([[0.25, -0.5, -1.75, 1.75], [-1.0, 0.75, 1.5, -0.5]]),
+        0.5,
+    ),
+    (
+        torch.tensor([[-0.5, -0.25, -1.25, -1.75], [-1.75, -0.5, 0.5, -1.75]]),
+        torch.tensor([[0.75, 1.0, -1.25, 1.25], [-0.75, 2.0, 1.75, -0.75]]),
+        1.0,
+    ),
+    (
+        torch.tensor([[-1.0, -0.5, 0.25, 0.25], [1.75, 0.75, 0.25, -0.5]]),
+        torch.tensor([[0.5, -1.75, 0.25, 1.0], [1.25, 1.0, -0.75, 1.5]]),
+        1.0,
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -554,6 +586,7 @@ _LIMITS = (0.001, 2.0, 2.0)
         ("AssertsARead", [(_CLOSE + t, _CLOSE, t) for t in (1.0, 2.0, 3.0, 4.0)]),
         ("EqualOrAMethod", [(_CLOSE, _CLOSE), (_NEAR, _NEAR), (_CLOSE, _CLOSE), (_CLOSE, _NEAR)]),
         ("ReadAgainBeforeAnEqual", [(x, x, t) for x, t in zip(_ROWS, _LIMITS, strict=True)]),
+        ("ComparesTwoReads", _PAIRS),
     ],
 )
 def test_what_a_condition_reads_after_its_first_host_read_is_read_after_the_break(
@@ -568,7 +601,9 @@ def test_what_a_condition_reads_after_its_first_host_read_is_read_after_the_brea
     of a read TorchDynamo holds as a symbolic float, taken by ``not``, was a graph
     break: 5 graphs against 4 (fuzz seed 231).  Reading at the choice where a recompile
     did not guard more, the frame broke at a place of its own, whose resume function
-    TorchDynamo gave up once more: 2 frames given up against 1 (fuzz seed 2067)."""
+    TorchDynamo gave up once more: 2 frames given up against 1 (fuzz seed 2067).  A
+    second read, compared on the device with the first's value after its break, guarded
+    that value in the resumed frame: 5 graphs against 3 (fuzz seed 2637)."""
     runs = []
     for module in modules:
         torch._dynamo.reset()

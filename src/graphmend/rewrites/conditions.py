@@ -11,10 +11,10 @@ the truth of the condition becomes a device value compared exactly;
 does a membership test (``0.0 in mask``), which searches a tensor on the host.  The
 right side of ``and``/``or`` is evaluated ahead of time only when it is pure, and as an
 attempt (``runtime.conditions.speculated``): where it cannot be traced, raises when it
-runs, or has no single truth, the original's jump decides.  The first host read (of the
-condition, and of each right side) is marked where the original makes it
-(``runtime.read_on_host``): where the choice is made on the host after all, the next
-analysis reads there as written, the original's break.
+runs, or has no single truth, the original's jump decides.  Each host read is marked
+where the original makes it (``runtime.read_on_host``): where the choice is made on the
+host after all, the next analysis reads the frame's first as written, the original's
+break.
 Everything else is left as written, so that the translated condition always
 computes what the original computes, and whatever it cannot keep on the
 device is decided on the host exactly as before.
@@ -212,11 +212,8 @@ class ConditionTranslator:
         self.prelude: list[ast.stmt] = []
         self._locals: set[str] = set()
         self._condition_name: str | None = None  # the condition's name, once it needs one
-        #: how deep in the right sides of ``and``/``or`` the translation stands
-        self._right_sides = 0
-        #: whether the first read on the host, of the condition or of the right side of an
-        #: ``and``/``or`` being translated, is translated yet
-        self._first_read_translated = False
+        #: how many of the condition's reads on the host are translated
+        self._reads = 0
         #: each operand of a host comparison and the local it is bound to
         self._operands: list[tuple[ast.expr, str]] = []
         #: each host read compared, and the local its value (``host_value``'s) is bound to
@@ -243,8 +240,7 @@ class ConditionTranslator:
         self._compared_reads = []
         self._read_of = {}
         self._condition_name = None
-        self._right_sides = 0
-        self._first_read_translated = False
+        self._reads = 0
         self._rereadable = set()
         self._on_device = {}
         translated = self._condition(condition)
@@ -340,11 +336,7 @@ class ConditionTranslator:
         rest_node = rest[0] if len(rest) == 1 else ast.BoolOp(op=node.op, values=rest)
         outer_prelude = self.prelude
         self.prelude = []
-        self._right_sides += 1
-        read_before, self._first_read_translated = self._first_read_translated, False
         rest_value = self._condition(rest_node)
-        self._first_read_translated = read_before
-        self._right_sides -= 1
         rest_prelude = self.prelude
         self.prelude = outer_prelude
         left_truth = self._truth_as_read(node.values[0], result)
@@ -476,25 +468,16 @@ class ConditionTranslator:
             self._condition_name = f"{self.module.filename}:{identifier}"
         return ast.Constant(self._condition_name)
 
-    def _noted_reads(self) -> list[ast.expr]:
-        """``[<name>]``, the condition's name, where a read of it is noted (or the one
-        being translated will be: :meth:`_read_first`), for a runtime function that
-        may read a tensor on the host after all; else ``[]``."""
-        if self._condition_name is None and self._first_read_translated:
-            return []
-        return [self._name()]
-
     def _read_first(self, read: ast.Call, on_device: ast.Call) -> ast.expr:
-        """``on_device``, the runtime's device form of ``read`` whose arguments are
-        operands bound to locals (``_bound``), but where it is the first read on the
-        host of the condition or of a right side of its ``and``/``or``; there
-        ``<read> if read_on_host(<rewrite>, <name>, <first>, <bindings>) else
-        <on_device>``, its arguments read from those locals: after the bindings, where
-        the original reads, the next analysis may read as written (a break where the
-        original's is; see :mod:`graphmend.runtime.ahead_of_reads`)."""
-        if self._first_read_translated:
-            return on_device
-        self._first_read_translated = True
+        """``<read> if read_on_host(<rewrite>, <name>, <first>, <bindings>) else
+        <on_device>``: ``on_device``, the runtime's device form of ``read`` whose
+        arguments are operands bound to locals (``_bound``), read from those locals;
+        after the bindings, where the original reads, the next analysis may read as
+        written, a break where the original's is (see
+        :mod:`graphmend.runtime.ahead_of_reads`).  ``<first>``: whether it is the first
+        read the condition translates."""
+        first = ast.Constant(self._reads == 0)
+        self._reads += 1
         arguments = [*on_device.args, *(keyword.value for keyword in on_device.keywords)]
         bindings = [argument for argument in arguments if isinstance(argument, ast.NamedExpr)]
         reads = [(binding, load(binding.target.id)) for binding in bindings]  # type: ignore[union-attr]
@@ -502,7 +485,6 @@ class ConditionTranslator:
         as_written = substituted(read, self._operands)
         for node in ast.walk(as_written):
             setattr(node, _READ_AGAIN, True)
-        first = ast.Constant(not self._right_sides)
         asked = runtime_call(
             "read_on_host", ast.Constant(self.rewrite), self._name(), first, *bindings
         )
@@ -533,8 +515,8 @@ class ConditionTranslator:
         made = runtime_call("compared_on_device", left_read, right_read, *self._flags(operands))
         self._on_device[id(node)] = made
         self._rereadable.add(id(node))
-        flags, noted = self._flags(operands), self._noted_reads()
-        return runtime_call("compare", left, ast.Constant(symbol), right, *flags, *noted)
+        flags = self._flags(operands)
+        return runtime_call("compare", left, ast.Constant(symbol), right, *flags, self._name())
 
     def _flags(self, operands: Sequence[ast.expr]) -> list[ast.expr]:
         """For each operand of a comparison, whether it is a host read of a tensor
@@ -597,7 +579,7 @@ class ConditionTranslator:
         else:
             value, conversion = call.args[0], call.func.id  # type: ignore[attr-defined]
         bound, self._read_of[id(call)] = self._bound(value)
-        arguments = [bound, ast.Constant(conversion), *self._noted_reads()]
+        arguments = [bound, ast.Constant(conversion), self._name()]
         return self._read_first(call, runtime_call("host_value", *arguments))
 
 

@@ -15,8 +15,8 @@ counter kept in a global), or compile a graph of its own where plain compile's w
 frame breaks at another place than the original, which gives another resume function
 (helper hgen6's h6, h1 and h3; fuzz seeds 77, 2067).
 
-So each place is noted: :func:`read_on_host` where the original reads first, a right
-side's speculation where it guarded; and the choice made on the host after all first calls
+So each place is noted: :func:`read_on_host` where the original reads, a right side's
+speculation where it guarded; and the choice made on the host after all first calls
 :func:`before_host_choice`, which restarts the analysis with the earliest place noted
 marked: there the next analysis reads on the host, as the original does (the same break,
 the same frames after it), or evaluates the right side by the original's jump.  A read is
@@ -54,11 +54,10 @@ class _Ahead:
 
 
 def read_on_host(rewrite: str, condition: str, first: bool, *operands: Any) -> bool:
-    """Whether a host read that ``condition`` (its name) makes first, of ``operands``
-    (evaluated before, as the original evaluates them), is made on the host as written:
-    where an earlier analysis of this compile restarted for it
-    (:func:`before_host_choice`), recorded for ``rewrite``.  ``first``: the first
-    read of the condition, not in a right side of its ``and``/``or`` (what was noted of
+    """Whether a host read of ``condition`` (its name), of ``operands`` (evaluated
+    before, as the original evaluates them), is made on the host as written: where an
+    earlier analysis of this compile restarted for it (:func:`before_host_choice`),
+    recorded for ``rewrite``.  ``first``: the condition's first read (what was noted of
     the condition before is of an earlier evaluation).  Nothing is noted inside an
     attempt, which may be taken back (a right side evaluated ahead of time, a branch),
     nor where no operand is a tensor (an object's own ``item()`` or ``__bool__``: the
