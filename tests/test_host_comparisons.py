@@ -283,24 +283,35 @@ TESTS = [
 ]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    test=st.sampled_from(TESTS),
-    arms=st.sampled_from(sorted(ARMS)),
-    rows=st.tuples(*[st.lists(st.sampled_from(VALUES), min_size=1, max_size=2)] * 2),
-    dtypes=st.tuples(*[st.sampled_from(DTYPES)] * 2),
-    c=st.sampled_from([0, 1, 3, 0.1, 0.5, -0.0, float("nan")]),
-)
-def test_a_test_reading_tensors_compiled_chooses_as_the_original(test, arms, rows, dtypes, c):
-    """The same for tests that read tensors otherwise (``torch.equal``,
-    ``torch.allclose``, a search of a tensor for a number, truth of a host read, in
-    ``and``/``or`` and chained), tensors of one or two elements of any dtype."""
+#: Two rows of one or two values, and the numbers the tests compare with.
+ROWS = st.tuples(*[st.lists(st.sampled_from(VALUES), min_size=1, max_size=2)] * 2)
+NUMBERS = st.sampled_from([0, 1, 3, 0.1, 0.5, -0.0, float("nan")])
+
+
+def _tensors(rows: tuple[list[float], ...], dtypes: tuple[torch.dtype, ...]) -> list[torch.Tensor]:
+    """A tensor of each of ``rows`` in its dtype; the example is dropped where a value
+    has none in its dtype (NaN of an integer dtype)."""
     tensors = []
     for row, dtype in zip(rows, dtypes, strict=True):
         elements = [_tensor_of(value, dtype) for value in row]
         assume(all(element is not None for element in elements))
         tensors.append(torch.cat(elements))  # type: ignore[arg-type]
-    a, b = tensors
+    return tensors
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    test=st.sampled_from(TESTS),
+    arms=st.sampled_from(sorted(ARMS)),
+    rows=ROWS,
+    dtypes=st.tuples(*[st.sampled_from(DTYPES)] * 2),
+    c=NUMBERS,
+)
+def test_a_test_reading_tensors_compiled_chooses_as_the_original(test, arms, rows, dtypes, c):
+    """The same for tests that read tensors otherwise (``torch.equal``,
+    ``torch.allclose``, a search of a tensor for a number, truth of a host read, in
+    ``and``/``or`` and chained), tensors of one or two elements of any dtype."""
+    a, b = _tensors(rows, dtypes)
     _chooses_as_the_original(_choosing(test, arms), (a, b, c, _Held()))
 
 
@@ -308,18 +319,13 @@ def test_a_test_reading_tensors_compiled_chooses_as_the_original(test, arms, row
 @given(
     test=st.sampled_from(TESTS + [f"a[0].item() {symbol} c" for symbol in SYMBOLS]),
     form=st.sampled_from(["assert", "raise"]),
-    rows=st.tuples(*[st.lists(st.sampled_from(VALUES), min_size=1, max_size=2)] * 2),
+    rows=ROWS,
     dtypes=st.tuples(*[st.sampled_from(DTYPES)] * 2),
-    c=st.sampled_from([0, 1, 3, 0.1, 0.5, -0.0, float("nan")]),
+    c=NUMBERS,
 )
 def test_a_guard_reading_tensors_compiled_raises_as_the_original(test, form, rows, dtypes, c):
     """The same tests as guards GraphMend lowers (``assert``, ``if ...: raise``)."""
-    tensors = []
-    for row, dtype in zip(rows, dtypes, strict=True):
-        elements = [_tensor_of(value, dtype) for value in row]
-        assume(all(element is not None for element in elements))
-        tensors.append(torch.cat(elements))  # type: ignore[arg-type]
-    a, b = tensors
+    a, b = _tensors(rows, dtypes)
     _chooses_as_the_original(_guarding(test, form), (a, b, c, _Held()), frozenset({"trap"}))
 
 
