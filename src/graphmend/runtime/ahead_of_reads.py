@@ -175,9 +175,9 @@ _GUARDED_RIGHT_SIDE = (
 
 def before_host_choice(condition: str) -> None:
     """Before a choice on ``condition`` is made on the host after all (its site kept its
-    break): restart the analysis if what the condition evaluated ahead of the original's
-    break (after its first host read, or a right side speculated) needs the break there,
-    the earliest such place marked to keep it.  Called only while tracing."""
+    break): restart the analysis if the condition noted a place ahead of which the
+    original breaks (a host read of a tensor, a right side speculated that guarded), the
+    earliest such place marked to keep the break.  Called only while tracing."""
     ask_tracer(_before_host_choice, None, condition)
 
 
