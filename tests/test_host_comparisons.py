@@ -3,6 +3,9 @@ compares the numbers, or as the original did, where float64 or int64 cannot hold
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
@@ -212,20 +215,33 @@ def _chooses_as_the_original(
     source: str, arguments: tuple[object, ...], rewrites: frozenset[str] = frozenset({"predicate"})
 ) -> None:
     """The function ``f`` of ``source``, rewritten and compiled, gives what the original
-    gives eagerly, or raises the same kind of error."""
+    gives eagerly, or raises the same kind of error, and compiles no more graphs than
+    the original compiled."""
     original = run_as_module(compile(source, "<host read>", "exec"), "gm_plain_read")["f"]
     result = rewrite(source, "<host read>", set(rewrites))
     mended = run_as_module(compile_module(result.tree, "<host read>"), "gm_read")["f"]
-    try:
-        expected: object = original(*arguments)
-    except (AssertionError, OverflowError, RuntimeError, ValueError) as error:  # int(nan)
-        expected = (type(error), str(error) if type(error) is not RuntimeError else "")
-    torch._dynamo.reset()
-    try:
-        outcome: object = torch.compile(mended, backend="eager")(*arguments)
-    except (AssertionError, OverflowError, RuntimeError, ValueError) as error:
-        outcome = (type(error), str(error) if type(error) is not RuntimeError else "")
+    expected, _ = _outcome(original, arguments, compiled=False)
+    _, plain_graphs = _outcome(original, arguments, compiled=True)
+    outcome, graphs = _outcome(mended, arguments, compiled=True)
     assert bitwise_equal(outcome, expected), source
+    assert graphs <= plain_graphs, source
+
+
+def _outcome(
+    function: Callable[..., Any], arguments: tuple[object, ...], compiled: bool
+) -> tuple[object, int]:
+    """What ``function(*arguments)`` gives (an error by its type and, but for torch's
+    own, its message), and how many graphs it compiled (``compiled``: under the eager
+    backend, from a clean TorchDynamo state)."""
+    counter = CompileCounter()
+    if compiled:
+        torch._dynamo.reset()
+        function = torch.compile(function, backend=counter)
+    try:
+        return function(*arguments), counter.frame_count
+    except (AssertionError, OverflowError, RuntimeError, ValueError) as error:  # int(nan)
+        message = str(error) if type(error) is not RuntimeError else ""
+        return (type(error), message), counter.frame_count
 
 
 def _tensor_of(value: float, dtype: torch.dtype) -> torch.Tensor | None:
