@@ -324,6 +324,17 @@ class ComparesTwoReads(nn.Module):
         return h
 
 
+class EqualRightOfAComparedRead(nn.Module):
+    '''A read compared with a tensor, and torch.equal right of it, in a guard that keeps
+    its break: the frame resumed after the jump on the comparison reads torch.equal by
+    the jump on it.'''
+
+    def forward(self, x, y, t):
+        h = x + y
+        assert float(x.mean()) != y.sum() and torch.equal(x, y), f"bad {t}"
+        return h
+
+
 class EqualOrAMethod(nn.Module):
     '''torch.equal left of an or whose right side, a method, is not evaluated ahead of
     time: the left side's truth is read on the host at once.'''
@@ -587,6 +598,7 @@ _PAIRS = [
         ("EqualOrAMethod", [(_CLOSE, _CLOSE), (_NEAR, _NEAR), (_CLOSE, _CLOSE), (_CLOSE, _NEAR)]),
         ("ReadAgainBeforeAnEqual", [(x, x, t) for x, t in zip(_ROWS, _LIMITS, strict=True)]),
         ("ComparesTwoReads", _PAIRS),
+        ("EqualRightOfAComparedRead", _PAIRS),
     ],
 )
 def test_what_a_condition_reads_after_its_first_host_read_is_read_after_the_break(
@@ -603,7 +615,10 @@ def test_what_a_condition_reads_after_its_first_host_read_is_read_after_the_brea
     did not guard more, the frame broke at a place of its own, whose resume function
     TorchDynamo gave up once more: 2 frames given up against 1 (fuzz seed 2067).  A
     second read, compared on the device with the first's value after its break, guarded
-    that value in the resumed frame: 5 graphs against 3 (fuzz seed 2637)."""
+    that value in the resumed frame: 5 graphs against 3 (fuzz seed 2637).  A right side
+    read by the original's jump, after the left side's, computed ``torch.equal`` on the
+    device in a graph of its own before the jump on it: 4 graphs against 3 (fuzz seed
+    3142)."""
     runs = []
     for module in modules:
         torch._dynamo.reset()

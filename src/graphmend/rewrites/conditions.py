@@ -364,7 +364,7 @@ class ConditionTranslator:
             test=ast.Compare(left=load(value), ops=[ast.IsNot()], comparators=[ast.Constant(None)]),
             body=[ast.Assign(targets=[store(result)], value=combined)],
             orelse=[
-                _as_written(node.op, result, left_truth, rest_value)
+                _as_written(node.op, result, left_truth, rest_value, self._name())
                 if not rest_prelude
                 else python_path
             ],
@@ -606,15 +606,22 @@ def _without_not(test: ast.expr) -> ast.expr:
     return test
 
 
-def _as_written(op: ast.boolop, left: str, left_truth: ast.expr, right: ast.expr) -> ast.If:
-    """``if <left> and <right>: r = True else: r = False`` (``or`` alike): the truth of a
-    one-element tensor ``left`` (``left_truth``: see ``_truth_as_read``) and of ``right``
-    read by jumps, as the original reads them.  Where the right side could not be traced
-    ahead of time, both sides' true (or false) jumps then lead to the same statement, as
-    the original's lead to its branch: TorchDynamo resumes there after either, with one
-    function (``r = <right>`` for the second, then the site's test of ``r``, resumed at
-    the branch, made one graph more than plain compile, found by helper hgen3)."""
-    values = [copy.deepcopy(left_truth), copy.deepcopy(right)]
+def _as_written(
+    op: ast.boolop, left: str, left_truth: ast.expr, right: ast.expr, name: ast.Constant
+) -> ast.If:
+    """``if <left> and jumped_on(<name>, <right>): r = True else: r = False`` (``or``
+    alike): the truth of a one-element tensor ``left`` (``left_truth``: see
+    ``_truth_as_read``) and of ``right`` read by jumps, as the original reads them, a host
+    read in ``right`` made as written before the jump on it (``runtime.jumped_on``).
+    Where the right side could not be traced ahead of time, both sides' true (or false)
+    jumps then lead to the same statement, as the original's lead to its branch:
+    TorchDynamo resumes there after either, with one function (``r = <right>`` for the
+    second, then the site's test of ``r``, resumed at the branch, made one graph more
+    than plain compile, found by helper hgen3)."""
+    values = [
+        copy.deepcopy(left_truth),
+        runtime_call("jumped_on", copy.deepcopy(name), copy.deepcopy(right)),
+    ]
     return ast.If(
         test=ast.BoolOp(op=copy.deepcopy(op), values=values),
         body=[ast.Assign(targets=[store(left)], value=ast.Constant(True))],

@@ -11,7 +11,7 @@ import sys
 import types
 
 from graphmend.post_import import when_imported
-from graphmend.runtime.ahead_of_reads import before_host_choice, read_on_host
+from graphmend.runtime.ahead_of_reads import before_host_choice, jumped_on, read_on_host
 from graphmend.runtime.conditions import (
     allclose,
     compare,
@@ -79,6 +79,7 @@ __all__ = [
     "host_value",
     "is_scalar_tensor",
     "item_from_python",
+    "jumped_on",
     "keyable",
     "logical_and",
     "logical_or",

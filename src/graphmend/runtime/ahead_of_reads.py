@@ -181,6 +181,15 @@ def before_host_choice(condition: str) -> None:
     ask_tracer(_before_host_choice, None, condition)
 
 
+def jumped_on(condition: str, value: Any) -> Any:
+    """``value``, a side of ``condition`` (its name) that the caller's jump reads on the
+    host next, after :func:`before_host_choice`: what evaluating it noted (a read kept on
+    the device) is made as written, the original's break, not a graph of the device form
+    and a break at the jump on it (fuzz seed 3142).  Called only while tracing."""
+    before_host_choice(condition)
+    return value
+
+
 def _before_host_choice(tracer: Any, condition_variable: Any) -> None:
     """Asked while TorchDynamo traces :func:`before_host_choice`."""
     if in_an_attempt(tracer.output):
