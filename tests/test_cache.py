@@ -114,6 +114,21 @@ for attempt in ("cold", "warm"):
     assert entry.name.isascii()
 
 
+def test_code_nested_too_deeply_to_marshal_is_built_but_not_stored(cache_dir, module_file):
+    """``marshal`` refuses code nested this deeply: its ``ValueError`` escaped the import,
+    which Python's own loader makes with no ``.pyc`` (``PYTHONDONTWRITEBYTECODE``, a
+    script) (found by helper audit_cache)."""
+    module_file.write_bytes(SOURCE + b"F = " + b"lambda: " * 1000 + b"0\n")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # for the parser and compile, as the user's program set it
+    try:
+        built = _build(cache_dir, module_file)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert built.status == Status.REWRITTEN
+    assert _entries(cache_dir) == []
+
+
 def test_key_follows_content_not_mtime(cache_dir, module_file):
     _build(cache_dir, module_file)
     os.utime(module_file, (1, 1))

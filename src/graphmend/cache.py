@@ -274,12 +274,16 @@ class BytecodeCache:
         *,
         warns: bool = False,
     ) -> bool:
-        """Write an entry atomically; False when the directory cannot be written.
+        """Write an entry atomically; False when the directory cannot be written or
+        ``marshal`` refuses the code.
 
         The entry gets the read bits of the file ``code`` was compiled from.
         """
         meta = json.dumps({"summary": summary, "warns": warns}).encode()
-        payload = meta + marshal.dumps(code)
+        try:
+            payload = meta + marshal.dumps(code)
+        except ValueError:  # code nested too deeply to marshal: nothing is stored
+            return False
         header = _HEADER.pack(_MAGIC, key, _checksum(payload), len(meta))
         target = self.path_for(module_name, key)
         if not self.create_directories(PRIVATE):
