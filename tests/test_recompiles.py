@@ -335,6 +335,37 @@ class EqualRightOfAComparedRead(nn.Module):
         return h
 
 
+CALLS = {}
+
+
+class TensorCounter:
+    '''item() gives a tensor, and counts its calls in a global.'''
+
+    def __init__(self):
+        self.value = torch.tensor(0.25)
+
+    def item(self):
+        CALLS["item"] = CALLS.get("item", 0) + 1
+        return self.value
+
+
+class AssertsAnObjectsTensor(nn.Module):
+    '''An assert on the tensor an object's item() gives, between two breaks, its message
+    formatting a float: the guard stays in Python (the count waits for the graph's end),
+    and the frame compiles again on every call, as plain compile's does.'''
+
+    def __init__(self):
+        super().__init__()
+        self.counter = TensorCounter()
+
+    def forward(self, x, y, t):
+        h = x + y
+        torch._dynamo.graph_break()
+        assert self.counter.item(), f"bad {t}"
+        torch._dynamo.graph_break()
+        return h + 1
+
+
 class EqualOrAMethod(nn.Module):
     '''torch.equal left of an or whose right side, a method, is not evaluated ahead of
     time: the left side's truth is read on the host at once.'''
@@ -599,6 +630,7 @@ _PAIRS = [
         ("ReadAgainBeforeAnEqual", [(x, x, t) for x, t in zip(_ROWS, _LIMITS, strict=True)]),
         ("ComparesTwoReads", _PAIRS),
         ("EqualRightOfAComparedRead", _PAIRS),
+        ("AssertsAnObjectsTensor", _PAIRS),
     ],
 )
 def test_what_a_condition_reads_after_its_first_host_read_is_read_after_the_break(
@@ -618,7 +650,9 @@ def test_what_a_condition_reads_after_its_first_host_read_is_read_after_the_brea
     that value in the resumed frame: 5 graphs against 3 (fuzz seed 2637).  A right side
     read by the original's jump, after the left side's, computed ``torch.equal`` on the
     device in a graph of its own before the jump on it: 4 graphs against 3 (fuzz seed
-    3142)."""
+    3142).  An assert kept in Python computed its negation, and built its message, before
+    it declined to lower the guard: each recompile made a graph where plain compile's
+    frame had none, 6 against 2 (fuzz seed 3744)."""
     runs = []
     for module in modules:
         torch._dynamo.reset()

@@ -169,7 +169,9 @@ class TrapRewrite(FunctionStatementRewriter):
         for guard, (translation, message_parts, formats_names, again) in zip(
             guards, plans, strict=True
         ):
-            name = self.module.fresh_name("cond")
+            # an assert's test is translated as it stands (see _plan): the guard fires
+            # where it is false (lower_guard's ``negated``)
+            name = self.module.fresh_name("test" if guard.is_assert else "cond")
             body.extend(translation.prelude)
             body.append(ast.Assign(targets=[store(name)], value=translation.condition))
             earlier = [load(previous) for previous in conditions]
@@ -177,23 +179,22 @@ class TrapRewrite(FunctionStatementRewriter):
             gates = [runtime_call("lowerable", load(name), *copy.deepcopy(earlier))]
             if formats_names:
                 gates.append(runtime_call("names_formattable"))
-            lowered = ast.BoolOp(
-                op=ast.And(),
-                values=[
-                    *gates,
-                    runtime_call(
-                        "lower_guard",
-                        load(name),
-                        copy.deepcopy(guard.exception),
-                        ast.List(elts=message_parts, ctx=ast.Load()),
-                        ast.Constant(guard.message is not None),
-                        ast.Constant(self._where(guard)),
-                        *earlier,
-                    ),
-                ],
+            lower = runtime_call(
+                "lower_guard",
+                load(name),
+                copy.deepcopy(guard.exception),
+                ast.List(elts=message_parts, ctx=ast.Load()),
+                ast.Constant(guard.message is not None),
+                ast.Constant(self._where(guard)),
+                *earlier,
             )
+            if guard.is_assert:
+                lower.keywords.append(ast.keyword(arg="negated", value=ast.Constant(True)))
+            lowered = ast.BoolOp(op=ast.And(), values=[*gates, lower])
             if again is None:
                 choice = translation.choice_on_host(load(name))
+                if guard.is_assert:
+                    choice = ast.UnaryOp(op=ast.Not(), operand=choice)  # its raise condition
                 kept = _unless_lowered(lowered, choice, guard, jumps=self._jumps_inside(guard))
             else:
                 restart = runtime_call("as_written", load(search))  # type: ignore[arg-type]
@@ -246,7 +247,12 @@ class TrapRewrite(FunctionStatementRewriter):
         message = _Message(scopes, functions, bound, self.enclosing.class_name)
         message_parts = message.parts(guard.message)
         translator = ConditionTranslator(self.module, functions, "trap", bound)
-        translation = translator.translate(guard.condition)
+        # An assert's test is translated as it stands: where the choice is made on the
+        # host, the assert jumps on the test's value, as the original's does, not on
+        # not_ of not_ of it, computed on the device in a graph that plain compile's
+        # frame does not have (fuzz seed 3744: 6 graphs against 2).
+        tested = guard.condition.operand if guard.is_assert else guard.condition  # type: ignore[attr-defined]
+        translation = translator.translate(tested)
         again = test_to_evaluate_again(guard.condition, scopes, functions)
         return translation, message_parts, message.formats_names, again
 

@@ -240,7 +240,39 @@ def lowerable(condition: Any, *earlier: Any) -> bool:
     """Whether :func:`lower_guard` can put this guard into the graph (message not built
     yet).  Opens the guard's site (``attempts.open_site``): building the message may
     guard on a number argument's value, which :func:`lower_guard` takes back."""
-    return tracing() and _lowerable(condition, *earlier) and open_site("trap") is None
+    return (
+        tracing()
+        and _lowerable(condition, *earlier)
+        and open_site("trap") is None
+        and _lowering_allowed()
+    )
+
+
+def _lowering_allowed() -> bool:
+    """Whether what lowering needs, apart from the message, holds here: checked before
+    the message is built, whose numbers a float argument reads with an operation, left
+    in a graph of its own where the guard then stays in Python (fuzz seed 3744)."""
+    if not _operator_ready:
+        declined("trap", "GraphMend's guard operator is not defined (see its warning)")
+        return False
+    if effects_pending():
+        declined("trap", "output or Python state changes wait for the end of the graph")
+        return False
+    if caught_by_caller():
+        declined(
+            "trap",
+            "a calling function may catch the exception or needs a with block's exit "
+            "(the call is inside its try, except or with)",
+        )
+        return False
+    if not _operator_kept():
+        declined(
+            "trap",
+            f"on torch {torch.__version__}, TorchInductor drops an operator with no outputs "
+            "(GraphMend's guard), and this backend may be TorchInductor",
+        )
+        return False
+    return True
 
 
 def _lowerable(condition: Any, *earlier: Any) -> bool:
@@ -284,13 +316,18 @@ def lower_guard(
     has_message: bool,
     where: str,
     *earlier: Any,
+    negated: bool = False,
 ) -> bool:
     """Put ``if condition: raise exception(message)`` into the graph; False if it cannot.
 
     ``where`` is the original raise's ``line:qualname:file``, where the exception is
     raised from.  ``earlier`` are the conditions of the preceding guards of an
-    ``if/elif`` chain: this guard fires only where none of them did.  When False is
-    returned the caller decides in Python, exactly as the original code.
+    ``if/elif`` chain: this guard fires only where none of them did.  ``negated``: the
+    guard fires where ``condition`` is false (an assert's test), its negation computed
+    only here, where the guard is lowered: computed before, and the guard kept in
+    Python, it was a graph of its own where plain compile's frame had none (fuzz seed
+    3744).  When False is returned the caller decides in Python, exactly as the original
+    code.
     """
     if not _lowerable(condition, *earlier):
         return False
@@ -301,35 +338,15 @@ def lower_guard(
     # given it (TorchDynamo 2.5 refuses such arguments to a constant-result function)
     is_class = isinstance(exception, type) and issubclass(exception, BaseException)
     path = _exception_path(exception) if is_class else None
-    if not _operator_ready:
-        declined("trap", "GraphMend's guard operator is not defined (see its warning)")
-        return False
     if path is None:
         declined("trap", "the exception's class cannot be found again by its name")
         return False
     if any(piece is None for piece in message):
         declined("trap", "the message needs tensor data, or text that may change")
         return False
-    if effects_pending():
-        declined("trap", "output or Python state changes wait for the end of the graph")
-        return False
-    if caught_by_caller():
-        declined(
-            "trap",
-            "a calling function may catch the exception or needs a with block's exit "
-            "(the call is inside its try, except or with)",
-        )
-        return False
-    if not _operator_kept():
-        declined(
-            "trap",
-            f"on torch {torch.__version__}, TorchInductor drops an operator with no outputs "
-            "(GraphMend's guard), and this backend may be TorchInductor",
-        )
-        return False
     earlier_tensors = [value for value in earlier if is_scalar_tensor(value)]
     if is_scalar_tensor(condition):
-        fires = truth(condition)
+        fires = torch.logical_not(truth(condition)) if negated else truth(condition)
     else:  # a true Python condition that fires where no earlier guard did
         fires = torch.ones((), dtype=torch.bool, device=earlier_tensors[0].device)
     for value in earlier_tensors:
