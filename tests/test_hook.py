@@ -821,3 +821,22 @@ def test_torch_being_imported_by_another_thread_leaves_this_threads_modules_rewr
     _install(name, cache_dir=cache_dir)
     module = importlib.import_module(name)
     assert hasattr(module, "_@gm_rt")
+
+
+def test_the_runtime_imports_nothing_that_torch_does_not():
+    """What a rewritten module imports, GraphMend's runtime, brings in no module that
+    torch does not: it imported sympy (and ``fractions``, ``decimal``, mpmath), a quarter
+    of a second for every program, and a user's ``fractions.py`` beside the script was
+    taken for the standard one, an ``ImportError`` where plain Python ran (found by
+    helper audit_cli)."""
+    from helpers.processes import python_path, run_python
+
+    probe = (
+        "import sys, torch\n"
+        "before = set(sys.modules)\n"
+        "import graphmend.runtime\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] != 'graphmend'))\n"
+    )
+    result = run_python("-c", probe, env={"PYTHONPATH": python_path()})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -34,7 +34,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import sympy
 import torch
 
 from graphmend.runtime.asking import ask_tracer
@@ -228,7 +227,12 @@ def pinned_around_a_loop(tracer: Any) -> str | None:
 
 def pinned_size(guards: Sequence[Any]) -> str | None:
     """The first of ``guards`` (a shape environment's) that holds for one value of a
-    symbolic size (``Eq(<size expression>, <number>)``), or ``None``."""
+    symbolic size (``Eq(<size expression>, <number>)``), or ``None``.  Called only while
+    tracing, when TorchDynamo has imported sympy: importing it with the runtime cost every
+    program a quarter of a second, and imported a module of the user's named as one of
+    sympy's own imports (``fractions.py``) in its place (found by helper audit_cli)."""
+    import sympy
+
     for guard in guards:
         expr = guard.expr
         if (
