@@ -366,6 +366,31 @@ class AssertsAnObjectsTensor(nn.Module):
         return h + 1
 
 
+class AssertsNotAComparedRead(nn.Module):
+    '''An assert whose test, not of a read compared with a tensor, jumps on that tensor
+    as written (its message formats a number it is given).'''
+
+    def forward(self, x, y, t):
+        h = x + y
+        assert not float(x.double().sum()) != y.sum(), f"bad {t}"
+        return h
+
+
+def positive(v):
+    CALLS["positive"] = CALLS.get("positive", 0) + 1
+    return v.sum() > 0
+
+
+class AssertsTwoReadsAndACall(nn.Module):
+    '''Two reads compared, and a call that counts itself right of them: the assert's
+    truth is taken by its jump on what the call gives.'''
+
+    def forward(self, x, y, t):
+        h = x * 2
+        assert not (x * y).sum().item() == y.sum().item() and positive(h), f"bad {t}"
+        return h
+
+
 class EqualOrAMethod(nn.Module):
     '''torch.equal left of an or whose right side, a method, is not evaluated ahead of
     time: the left side's truth is read on the host at once.'''
@@ -631,6 +656,8 @@ _PAIRS = [
         ("ComparesTwoReads", _PAIRS),
         ("EqualRightOfAComparedRead", _PAIRS),
         ("AssertsAnObjectsTensor", _PAIRS),
+        ("AssertsNotAComparedRead", _PAIRS),
+        ("AssertsTwoReadsAndACall", _PAIRS),
     ],
 )
 def test_what_a_condition_reads_after_its_first_host_read_is_read_after_the_break(

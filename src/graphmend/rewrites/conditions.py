@@ -150,8 +150,6 @@ class Translation:
     prelude: tuple[ast.stmt, ...]
     #: Then the condition, its tensor parts kept on the device.
     condition: ast.expr
-    #: Whether the test as written reads a host value (``.item()``).
-    reads_host: bool
     #: A test that is one comparison, one host read or one ``torch.equal``/``allclose``
     #: (or ``not`` of one), as written, each operand read from the local the condition
     #: bound it to (``_@gm_operand3.item() > lim``).
@@ -173,9 +171,13 @@ class Translation:
         test was made on the device, that test: the host value read from the bound
         operands, a break at the read as the original's, and the frame resumes with the
         number read, as the original's does; where it was made as the original makes it,
-        ``evaluated``, its result.  A longer test's truth is read with ``host_truth``
-        where it reads a host value: a break at a read too, not at a jump on a tensor
-        (nothing the test evaluated runs twice).  Where the condition evaluated anything
+        ``evaluated``, its result.  A longer test's truth is taken by the caller's jump on
+        it, as the original's: its first host read was made as written (where the
+        choice is made on the host, the analysis restarts for it), so what is left on
+        the device is what the original jumps on (read with ``.item()`` instead, it
+        broke inside GraphMend's runtime, and the frame resumed there guarded the
+        number read, or raised while traced: one graph or frame given up more than
+        plain compile; fuzz seed 2402).  Where the condition evaluated anything
         ahead of the original's break, ``before_host_choice(<name>) or <choice>``: it
         may restart the analysis, the first read made on the host or a right side read
         by the original's jump (:mod:`graphmend.runtime.ahead_of_reads`)."""
@@ -185,7 +187,7 @@ class Translation:
                 test=made_on_device, body=copy.deepcopy(self.reread), orelse=evaluated
             )
         else:
-            choice = runtime_call("host_truth", evaluated) if self.reads_host else evaluated
+            choice = evaluated
         if self.name is None:
             return choice
         kept = runtime_call("before_host_choice", ast.Constant(self.name))
@@ -254,7 +256,6 @@ class ConditionTranslator:
         return Translation(
             tuple(self.prelude),
             translated,
-            any(self._is_host_read(node) for node in ast.walk(condition)),
             self._reread(condition),
             self._on_device.get(id(_without_not(condition))),
             self._read_of.get(id(_without_not(condition))),

@@ -18,7 +18,6 @@ from graphmend.runtime.conditions import (
     compared_on_device,
     contains,
     equal,
-    host_truth,
     host_value,
     is_scalar_tensor,
     logical_and,
@@ -46,6 +45,7 @@ from graphmend.runtime.searches import as_written, search_site
 from graphmend.runtime.selection import assign_item, branch
 from graphmend.runtime.tracing import tracing
 from graphmend.runtime.traps import (
+    ASSERTION_ERROR,
     exact_text,
     global_text,
     lower_guard,
@@ -55,6 +55,7 @@ from graphmend.runtime.traps import (
 )
 
 __all__ = [
+    "ASSERTION_ERROR",
     "allclose",
     "as_written",
     "assign_item",
@@ -75,7 +76,6 @@ __all__ = [
     "formattable",
     "global_text",
     "graph_started",
-    "host_truth",
     "host_value",
     "is_scalar_tensor",
     "item_from_python",

@@ -72,14 +72,6 @@ def _is_numpy_array(value: Any) -> bool:
     return numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic))
 
 
-def host_truth(value: Any) -> Any:
-    """The truth of a condition that read a host value (``.item()``, ``float(t)``), where
-    the choice is made on the host after all: read with ``.item()``, a graph break at
-    that call, as the original breaks at its read, not at a jump on a tensor (which
-    makes one resume function per arm).  Anything but a one-element tensor as it is."""
-    return value.item() if is_scalar_tensor(value) else value
-
-
 def speculated(
     rewrite: str,
     condition: str,
