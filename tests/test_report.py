@@ -377,3 +377,16 @@ def test_report_command_shows_a_failing_named_function_as_the_scripts_error(tmp_
         "    raise KeyError('no model here')",
         "KeyError: 'no model here'",
     ]
+
+
+def test_report_command_has_no_option_that_writes_a_named_file(tmp_path, capsys) -> None:
+    # report --without-graphmend FILE script.py, the option of report --compare's child,
+    # ran the script and overwrote FILE with JSON: a user's source lost
+    notes = tmp_path / "notes.py"
+    notes.write_text("kept = True\n")
+    script = tmp_path / "script.py"
+    script.write_text("print('ran')\n")
+    assert cli_main(["report", "--without-graphmend", str(notes), str(script)]) == 2
+    captured = capsys.readouterr()
+    assert "unknown option '--without-graphmend'" in captured.err
+    assert (captured.out, notes.read_text()) == ("", "kept = True\n")

@@ -68,16 +68,24 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m graphmend`` and the ``graphmend`` script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    prog = program_name()
+    return with_errors_reported(lambda: _command(arguments, program_name()))
+
+
+def _command(arguments: list[str], prog: str) -> int:
+    """The command ``arguments`` name, run; its exit status."""
+    if arguments and arguments[0] == "run":
+        return _run(arguments[1:], prog)
+    if arguments and arguments[0] == "report":
+        return _report(arguments[1:], prog)
+    return _quiet_when_the_reader_leaves(lambda: _dispatch(_parser(prog).parse_args(arguments)))
+
+
+def with_errors_reported(action: Callable[[], int]) -> int:
+    """``action()``, a command of GraphMend's; a usage, setting or script error it raises
+    is reported in one line on stderr, exit status 2."""
     try:
         with command_line(sys.argv[0]):
-            if arguments and arguments[0] == "run":
-                return _run(arguments[1:], prog)
-            if arguments and arguments[0] == "report":
-                return _report(arguments[1:], prog)
-            return _quiet_when_the_reader_leaves(
-                lambda: _dispatch(_parser(prog).parse_args(arguments))
-            )
+            return action()
     except (UsageError, ConfigError, PatternError, DiscoveryError) as error:
         print(f"graphmend: error: {error}", file=sys.stderr)
         return 2
@@ -247,10 +255,8 @@ def _run(arguments: list[str], prog: str) -> int:
 
 
 def _report(arguments: list[str], prog: str) -> int:
-    from graphmend.report_script import WITHOUT_GRAPHMEND, observe_without_graphmend, report_script
+    from graphmend.report_script import report_script
 
-    if arguments[:1] == [WITHOUT_GRAPHMEND] and len(arguments) > 2:
-        return observe_without_graphmend(arguments[2], arguments[3:], output=arguments[1])
     options = _leading_options(arguments, "report", prog, flags=("--compare", "--json"))
     if options is None:
         print(_REPORT_USAGE.format(prog=prog), end="")

@@ -35,9 +35,6 @@ from graphmend.runtime import fallbacks
 #: A call to report: the callable, its arguments, and whether autograd recorded then.
 Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], bool]
 
-#: The option a comparison child is started with, before its output file (internal).
-WITHOUT_GRAPHMEND = "--without-graphmend"
-
 
 class _FirstCall:
     """What ``torch.compile`` returns while a script is reported: the callable itself,
@@ -174,7 +171,7 @@ def plain_observations(target: str, args: list[str]) -> list[Observation]:
     }
     with tempfile.TemporaryDirectory(prefix="graphmend-report-") as directory:
         output = os.path.join(directory, "plain.json")
-        command = [sys.executable, "-m", "graphmend", "report", WITHOUT_GRAPHMEND, output]
+        command = [sys.executable, "-m", "graphmend.report_plain", output]
         child = subprocess.run(
             [*command, target, *args], env=environment, capture_output=True, text=True
         )
