@@ -529,6 +529,61 @@ def test_missing_script_is_one_line_and_exit_2_as_with_python(project):
     assert mended.stderr.split(": ", 1)[1] == plain.stderr.split(": ", 1)[1]
 
 
+def _run_in_deleted_directory(
+    directory: Path, *arguments: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run Python with ``arguments`` (our environment updated by ``env``) in
+    ``directory``, made for it and deleted as it starts."""
+    directory.mkdir()
+
+    def enter_and_delete() -> None:
+        os.chdir(directory)
+        os.rmdir(directory)
+
+    return subprocess.run(
+        [sys.executable, *arguments],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": python_path(), **(env or {})},
+        preexec_fn=enter_and_delete,
+    )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a working directory cannot be deleted")
+def test_a_relative_script_in_a_deleted_directory_is_refused_as_python_refuses_it(tmp_path):
+    # os.getcwd() raised FileNotFoundError: GraphMend's traceback, exit status 1
+    plain = _run_in_deleted_directory(tmp_path / "plain", "where.py")
+    mended = _run_in_deleted_directory(tmp_path / "mended", "-m", "graphmend", "run", "where.py")
+    assert plain.returncode == mended.returncode == 2
+    assert mended.stderr == "graphmend: can't open file 'where.py': " + (
+        "[Errno 2] No such file or directory\n"
+    )
+    assert mended.stderr.split(": ", 1)[1] == plain.stderr.split(": ", 1)[1]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a working directory cannot be deleted")
+def test_a_relative_cache_dir_in_a_deleted_directory_is_a_bad_setting(project, tmp_path):
+    # Path.absolute() raised FileNotFoundError: GraphMend's traceback from run, and "the
+    # import hook was not installed: [Errno 2] No such file or directory" at startup
+    script = project / "where.py"  # no torch: its libraries cannot load from there
+    script.write_text("import sys\nprint(sys.argv, sys.path[0], __file__)\n")
+    setting = {"GRAPHMEND_CACHE_DIR": "cache"}
+    mended = _run_in_deleted_directory(
+        tmp_path / "run", "-m", "graphmend", "run", str(script), env=setting
+    )
+    at_startup = _run_in_deleted_directory(
+        tmp_path / "startup", str(script), env={"GRAPHMEND": "1", **setting}
+    )
+    problem = (
+        "GRAPHMEND_CACHE_DIR='cache': a relative path needs the working directory, which "
+        "cannot be read (No such file or directory)\n"
+    )
+    assert (mended.returncode, mended.stdout) == (2, "")
+    assert mended.stderr == f"graphmend: error: {problem}"
+    assert at_startup.returncode == 0 and at_startup.stdout.startswith("[")
+    assert at_startup.stderr == f"graphmend: the import hook was not installed: {problem}"
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

@@ -160,7 +160,18 @@ def _packages(value: str) -> tuple[str, ...]:
 def _cache_dir(value: str) -> Path | None:
     if not value.strip():
         return None
-    return expand_home(Path(value.strip()))
+    return absolute(expand_home(Path(value.strip())))
+
+
+def absolute(path: Path) -> Path:
+    """``path`` joined to the working directory; ConfigError when that cannot be read
+    (it was deleted)."""
+    try:
+        return path.absolute()
+    except OSError as error:
+        raise ConfigError(
+            f"a relative path needs the working directory, which cannot be read ({error.strerror})"
+        ) from None
 
 
 def expand_home(path: Path) -> Path:
@@ -261,7 +272,10 @@ class Config:
     def __post_init__(self) -> None:
         # Fixed now: the process may change its working directory, its children start
         # in others, and the cache must stay where it was named.
-        object.__setattr__(self, "cache_dir", Path(self.cache_dir).absolute())
+        try:
+            object.__setattr__(self, "cache_dir", absolute(Path(self.cache_dir)))
+        except ConfigError as error:
+            raise ConfigError(f"cache_dir={str(self.cache_dir)!r}: {error}") from None
         if "\0" in str(self.cache_dir):
             raise ConfigError(f"cache_dir={str(self.cache_dir)!r}: a path cannot hold a NUL")
         try:

@@ -174,8 +174,14 @@ def _run_source(
 
 def _absolute(path: str) -> str:
     """``path`` made absolute as the interpreter makes a script's: joined to the current
-    directory, ``..`` and ``.`` kept (``os.path.abspath`` would resolve them)."""
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    directory, ``..`` and ``.`` kept (``os.path.abspath`` would resolve them); as it is
+    where the current directory cannot be read (deleted), as the interpreter keeps it."""
+    if os.path.isabs(path):
+        return path
+    try:
+        return os.path.join(os.getcwd(), path)
+    except OSError:
+        return path
 
 
 def _is_compiled(path: str, data: bytes) -> bool:
