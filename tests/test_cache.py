@@ -854,6 +854,32 @@ def test_cli_output_whose_reader_is_gone_stops_quietly(cache_dir, command, unbuf
     assert (result.returncode, result.stderr) == (1, "")
 
 
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check"],
+        ["cache", "info"],
+        ["cache", "warm", "gm_closed_out"],
+        ["cache", "warm", "gm_no_such_module"],
+    ],
+)
+def test_cli_output_to_a_closed_stream_is_dropped(tmp_path, monkeypatch, capsys, stream, command):
+    # Python sets sys.stdout or sys.stderr to None when started with it closed (>&-,
+    # 2>&-): check and cache warm ended in GraphMend's AttributeError, and an error meant
+    # for a closed stderr was printed on stdout
+    (tmp_path / "gm_closed_out.py").write_bytes(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cli_main(command)  # the cache warmed: the runs below say the same
+    capsys.readouterr()
+    status, expected = cli_main(command), capsys.readouterr()
+    monkeypatch.setattr(sys, stream, None)
+    assert cli_main(command) == status
+    written = capsys.readouterr()
+    assert written.out == ("" if stream == "stdout" else expected.out)
+    assert written.err == ("" if stream == "stderr" else expected.err)
+
+
 def test_cli_clear_removes_only_graphmends_entries(tmp_path, monkeypatch, capsys):
     # GRAPHMEND_CACHE_DIR naming a directory of the user's own (a home, a project): every
     # file ending in .gmc one level down was deleted as an entry, and every one named as

@@ -5,6 +5,7 @@ trace-time check saw."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -244,6 +245,22 @@ def test_report_command_runs_the_script_and_compares_without_graphmend(script: P
     assert [entry["lineno"] for entry in model["removed"]] == [7]
     (remaining,) = model["breaks"]
     assert remaining["lineno"] == 9 and remaining["decision"] == "fell back while tracing"
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_report_command_with_a_closed_stream_drops_what_it_writes_there(
+    script, monkeypatch, capsys, stream
+) -> None:
+    # Python sets sys.stdout or sys.stderr to None when started with it closed
+    # (report --json script.py >&-): GraphMend's AttributeError, before the script ran
+    monkeypatch.chdir(script.parent)
+    monkeypatch.setattr(sys, stream, None)
+    assert cli_main(["report", "--json", "-p", "subject", str(script)]) == 0
+    written = capsys.readouterr()
+    if stream == "stdout":
+        assert "result torch.Size([1, 4])" in written.err
+    else:
+        assert json.loads(written.out)[0]["model"] == "Model"
 
 
 def test_report_command_calls_a_named_function(script: Path) -> None:

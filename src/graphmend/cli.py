@@ -13,7 +13,7 @@ from graphmend.cache import SHARED, Access, BytecodeCache
 from graphmend.config import Config, ConfigError
 from graphmend.discovery import DiscoveryError, discover
 from graphmend.import_closure import imported_modules
-from graphmend.notices import command_line
+from graphmend.notices import command_line, flush, write_stderr
 from graphmend.patterns import ModuleMatcher, PatternError
 from graphmend.rewriter import ModuleRewriter, Status
 from graphmend.runner import ScriptError, run_command, run_module, run_path
@@ -87,10 +87,10 @@ def with_errors_reported(action: Callable[[], int]) -> int:
         with command_line(sys.argv[0]):
             return action()
     except (UsageError, ConfigError, PatternError, DiscoveryError) as error:
-        print(f"graphmend: error: {error}", file=sys.stderr)
+        write_stderr(f"graphmend: error: {error}\n")
         return 2
     except ScriptError as error:
-        print(f"graphmend: {error}", file=sys.stderr)
+        write_stderr(f"graphmend: {error}\n")
         return 2
 
 
@@ -99,7 +99,7 @@ def _quiet_when_the_reader_leaves(action: Callable[[], int]) -> int:
     stop quietly with status 1, as diff and grep do."""
     try:
         status = action()
-        sys.stdout.flush()  # here, not at exit: buffered output meets the closed pipe now
+        flush(sys.stdout)  # here, not at exit: buffered output meets the closed pipe now
         return status
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -349,7 +349,7 @@ def _cache_clear(config: Config) -> int:
     plural = "y" if cleared.removed == 1 else "ies"
     print(f"removed {cleared.removed} entr{plural} from {config.cache_dir}")
     for problem in cleared.problems:
-        print(f"graphmend: error: {problem}", file=sys.stderr)
+        write_stderr(f"graphmend: error: {problem}\n")
     return 1 if cleared.problems else 0
 
 
@@ -398,20 +398,16 @@ class _Progress:
     def __init__(self, total: int) -> None:
         self.total = total
         self.done = 0
-        self.live = sys.stderr.isatty()
+        self.live = sys.stderr is not None and sys.stderr.isatty()
 
     def show(self, name: str, message: str) -> None:
         self.done += 1
         line = f"[{self.done:>{len(str(self.total))}}/{self.total}] {name}: {message}"
-        if self.live:
-            sys.stderr.write("\r\033[K" + line[:200])
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        write_stderr("\r\033[K" + line[:200] if self.live else line + "\n", flush=True)
 
     def finish(self) -> None:
         if self.live:
-            sys.stderr.write("\n")
+            write_stderr("\n")
 
 
 def _human_size(size: int) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.machinery
 import json
 import os
-import sys
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from graphmend.config import Config
 from graphmend.discovery import DiscoveryError, ModuleFile, discover
 from graphmend.findings import Finding, describe_summary, summarize
+from graphmend.notices import write_stderr
 from graphmend.patterns import ModuleMatcher, PatternError, is_glob
 from graphmend.pipeline import Rewritten, parse, rewrite
 
@@ -171,7 +171,7 @@ class Batch:
 
     def _fail(self, error: TargetError) -> None:
         self.failures += 1
-        print(f"graphmend: error: {error}", file=sys.stderr, flush=True)
+        write_stderr(f"graphmend: error: {error}\n", flush=True)
 
 
 def explain(

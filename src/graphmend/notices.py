@@ -14,6 +14,7 @@ import sys
 import types
 import warnings
 from collections.abc import Iterator
+from typing import TextIO
 
 
 class GraphMendWarning(UserWarning):
@@ -83,8 +84,9 @@ def _import_machinery(frame: types.FrameType) -> bool:
     return "importlib" in filename and "_bootstrap" in filename
 
 
-def write_stderr(text: str) -> None:
-    """Write ``text`` to stderr if it can be written, else say nothing.
+def write_stderr(text: str, *, flush: bool = False) -> None:
+    """Write ``text`` to stderr (and flush it, under ``flush``) if it can be written,
+    else say nothing.
 
     ``sys.stderr`` is ``None`` in a process started with it closed (``2>&-``), and a
     write fails on a pipe whose reader went away or on a full disk; as :mod:`warnings`
@@ -94,3 +96,11 @@ def write_stderr(text: str) -> None:
         return
     with contextlib.suppress(OSError, ValueError):  # ValueError: the program closed it
         sys.stderr.write(text)
+        if flush:
+            sys.stderr.flush()
+
+
+def flush(stream: TextIO | None) -> None:
+    """Flush ``stream``; nothing for ``None``, a standard stream closed at startup."""
+    if stream is not None:
+        stream.flush()

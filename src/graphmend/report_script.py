@@ -28,6 +28,7 @@ import torch
 
 from graphmend.breaks import Observation, observe
 from graphmend.config import Config
+from graphmend.notices import flush
 from graphmend.reporting import Report, explain_observation
 from graphmend.runner import ScriptError, report_uncaught, run_script
 from graphmend.runtime import fallbacks
@@ -211,8 +212,8 @@ def report_script(
 def _stdout_to_stderr() -> Iterator[None]:
     """Standard output sent to standard error: ``sys.stdout``, and file descriptor 1
     where it has one (what a child process, ``os.write(1, ...)`` or C code writes)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush(sys.stdout)
+    flush(sys.stderr)
     try:
         out, err = sys.stdout.fileno(), sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # a stream of Python's own (a test's)
@@ -224,7 +225,7 @@ def _stdout_to_stderr() -> Iterator[None]:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
-        sys.stderr.flush()
+        flush(sys.stderr)
         if saved is not None:
             os.dup2(saved, out)  # type: ignore[arg-type]
             os.close(saved)
