@@ -5,6 +5,8 @@ trace-time check saw."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -261,6 +263,25 @@ def test_report_command_with_a_closed_stream_drops_what_it_writes_there(
         assert "result torch.Size([1, 4])" in written.err
     else:
         assert json.loads(written.out)[0]["model"] == "Model"
+
+
+def test_report_command_whose_reader_is_gone_stops_quietly(script: Path) -> None:
+    # report --json script.py | true: GraphMend's BrokenPipeError traceback, where
+    # explain, diff and check stop quietly with status 1
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "graphmend", "report", "--json", "-p", "subject", str(script)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=script.parent,
+        )
+    finally:
+        os.close(write_end)
+    assert child.returncode == 1
+    assert child.stderr.splitlines() == ["result torch.Size([1, 4])", "written to descriptor 1"]
 
 
 def test_report_command_calls_a_named_function(script: Path) -> None:

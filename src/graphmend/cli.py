@@ -76,7 +76,7 @@ def _command(arguments: list[str], prog: str) -> int:
     if arguments and arguments[0] == "run":
         return _run(arguments[1:], prog)
     if arguments and arguments[0] == "report":
-        return _report(arguments[1:], prog)
+        return _quiet_when_the_reader_leaves(lambda: _report(arguments[1:], prog))
     return _quiet_when_the_reader_leaves(lambda: _dispatch(_parser(prog).parse_args(arguments)))
 
 
