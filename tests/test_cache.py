@@ -579,6 +579,21 @@ def test_cli_warm_reports_what_it_cannot_do(monkeypatch, capsys):
     assert "cache is off" in capsys.readouterr().err
 
 
+def test_cli_warm_reports_a_module_too_deep_to_parse_as_not_warmed(
+    tmp_path, cache_dir, monkeypatch, capsys
+):
+    # reading its imports, ast.parse's RecursionError ended cache warm in a traceback
+    (tmp_path / "gm_too_deep.py").write_text("x = " + " + ".join(["1"] * 10_000) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli_main(["cache", "warm", "gm_too_deep"]) == 1
+    captured = capsys.readouterr()
+    assert "gm_too_deep: fell back to the original code: parsing failed: RecursionError" in (
+        captured.err
+    )
+    assert "warmed 1 module matching gm_too_deep" in captured.out and "1 fell back" in captured.out
+    assert _entries(cache_dir) == []
+
+
 SCOPE_PACKAGE = {
     "__init__.py": "",
     "models/__init__.py": "",

@@ -258,6 +258,25 @@ def test_a_null_byte_is_reported_at_its_line(tmp_path, capsys):
     )
 
 
+#: A module too deeply nested for Python's parser (python itself cannot compile it).
+TOO_DEEP = "x = " + " + ".join(["1"] * 10_000) + "\n"
+
+
+@pytest.mark.parametrize("command", ["explain", "diff"])
+def test_a_module_too_deep_to_parse_is_reported_and_the_others_still_shown(
+    write_module, tmp_path, capsys, command
+):
+    # ast construction's RecursionError ended the command in GraphMend's traceback
+    deep = tmp_path / "deep.py"
+    deep.write_text(TOO_DEEP)
+    name = write_module(MODULE)
+    status, out, err = _run(capsys, command, str(deep), name)
+    assert status == 1
+    assert err.startswith(f"graphmend: error: {deep}:0:0: syntax error: too deeply nested")
+    assert len(err.splitlines()) == 1
+    assert name in out
+
+
 def test_bad_targets_are_reported_and_the_others_still_explained(write_module, tmp_path, capsys):
     name = write_module(MODULE)
     broken = tmp_path / "broken.py"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import sys
@@ -25,6 +26,19 @@ def compile_source(source: bytes | str, filename: str, flags: int = 0) -> Any:
         start = text.rfind("\n", 0, null) + 1
         where = (filename, text.count("\n", 0, null) + 1, None, text[start:null])
         raise SyntaxError("source code cannot contain null bytes", where) from None
+
+
+def parse_tree(source: bytes | str, filename: str) -> ast.Module:
+    """The syntax tree of ``source``, as :func:`compile_source` makes it; a source nested
+    too deeply for the parser (``RecursionError``, ``MemoryError``), which the interpreter
+    cannot compile either, is a ``SyntaxError`` as any other source it refuses."""
+    try:
+        tree = compile_source(source, filename, ast.PyCF_ONLY_AST)
+    except (RecursionError, MemoryError) as error:
+        reason = f"too deeply nested to parse ({type(error).__name__}: {error})"
+        raise SyntaxError(reason, (filename, None, None, None)) from None
+    assert isinstance(tree, ast.Module)
+    return tree
 
 
 #: A comment declaring the encoding of a source file (PEP 263), and a line that may come

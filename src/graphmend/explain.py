@@ -20,12 +20,13 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from graphmend.compiling import parse_tree
 from graphmend.config import Config
 from graphmend.discovery import DiscoveryError, ModuleFile, discover
 from graphmend.findings import Finding, describe_summary, summarize
 from graphmend.notices import write_stderr
 from graphmend.patterns import ModuleMatcher, PatternError, is_glob
-from graphmend.pipeline import Rewritten, parse, rewrite
+from graphmend.pipeline import Rewritten, rewrite
 
 
 class TargetError(Exception):
@@ -120,7 +121,7 @@ def analyse(module: ModuleFile, rewrites: Collection[str]) -> ModuleReport:
     except OSError as error:
         raise TargetError(f"cannot read {module.path}: {error.strerror or error}") from None
     try:
-        tree = parse(source, str(module.path))
+        tree = parse_tree(source, str(module.path))
     except SyntaxError as error:
         where = f"{module.path}:{error.lineno or 0}:{error.offset or 0}"
         raise TargetError(f"{where}: syntax error: {error.msg}") from None

@@ -19,6 +19,7 @@ import importlib.machinery
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from graphmend.compiling import parse_tree
 from graphmend.discovery import ModuleFile
 from graphmend.patterns import ModuleMatcher
 
@@ -109,7 +110,7 @@ class _Closure:
 def _imports(module: ModuleFile) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
     """Each import statement of ``module`` with the absolute module it names."""
     try:
-        tree = ast.parse(module.path.read_bytes(), str(module.path))
+        tree = parse_tree(module.path.read_bytes(), str(module.path))
     except (OSError, SyntaxError, ValueError):
         return
     package = module.name if module.path.name == "__init__.py" else module.name.rpartition(".")[0]
