@@ -448,6 +448,43 @@ def test_exclusions_in_packages_option(project, cache_dir):
     assert excluded.stdout.splitlines()[-1] == "SourceFileLoader"
 
 
+REWRITTEN_OR_NOT = textwrap.dedent(
+    """
+    import torch
+
+    def shout(x):
+        print("shout")
+        return x
+
+    try:
+        torch.compile(shout, backend="eager", fullgraph=True)(torch.ones(1))
+        print("rewritten")
+    except Exception:
+        print("as written")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [["excluded.py"], ["-c", REWRITTEN_OR_NOT], ["-"], ["excluded_dir"]],
+    ids=["script", "command", "stdin", "directory"],
+)
+def test_an_exclusion_of_main_leaves_the_program_as_written(project, program):
+    # run -p '!__main__' script.py rewrote the script all the same (-c and - too), where
+    # a '!' pattern excludes what it matches whatever the others say, as it did for a
+    # directory's __main__.py
+    (project / "excluded.py").write_text(REWRITTEN_OR_NOT)
+    (project / "excluded_dir").mkdir()
+    (project / "excluded_dir" / "__main__.py").write_text(REWRITTEN_OR_NOT)
+    stdin = REWRITTEN_OR_NOT if program == ["-"] else None
+    result = run_python(
+        "-m", "graphmend", "run", "-p", "!__main__", *program, cwd=project, stdin=stdin
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "as written\n"
+
+
 CHILDREN = textwrap.dedent(
     """
     import concurrent.futures

@@ -25,7 +25,8 @@ usage: {prog} run [-p PATTERN]... [--] script.py [args...]
        {prog} run [-p PATTERN]... - [args...]      (the program from standard input)
 
 Run a script or module as plain python would, with the import hook installed.
-The script (or module) itself is rewritten too. The settings go into the
+The script (or module) itself is rewritten too, unless a '!' pattern excludes
+it ('!__main__' for a script, -c, - or a directory). The settings go into the
 environment (GRAPHMEND=1, GRAPHMEND_PACKAGES, ...), so child Python processes
 (multiprocessing with spawn or forkserver, subprocesses) install the hook too.
 

@@ -2,7 +2,8 @@
 
 ``sys.argv``, ``sys.path[0]``, the ``__main__`` module and the exit status are
 what ``python script.py`` / ``python -m module`` give; the script itself is
-rewritten too (a module run with ``-m`` is claimed by name).
+rewritten too, unless a ``!`` pattern excludes its module's name (``__main__``; a
+module run with ``-m`` is claimed by its own name).
 
 The run's settings go into ``os.environ`` (``GRAPHMEND=1`` and every
 ``GRAPHMEND_*`` variable, as coverage.py does with ``COVERAGE_PROCESS_START``),
@@ -33,6 +34,7 @@ from graphmend.compiling import CODING_COMMENT, check_script_encoding, compile_s
 from graphmend.config import Config
 from graphmend.notices import write_stderr
 from graphmend.patterns import reserved
+from graphmend.rewriter import ModuleRewriter
 
 T = TypeVar("T")
 
@@ -148,9 +150,9 @@ def _run_source(
 ) -> dict[str, object]:
     """Run ``program`` in a fresh module as the interpreter runs a script: ``argv`` as
     ``sys.argv``, ``path0`` as ``sys.path[0]`` (not under ``-P``), the hook installed
-    (none when ``config`` is ``None``); returns the module's namespace."""
-    installation = _install(config) if config is not None else None
-    rewriter = installation.finder.rewriter if installation and not program.compiled else None
+    (none when ``config`` is ``None``) and the program rewritten unless a ``!`` pattern
+    excludes its module, as a directory's ``__main__``; returns the module's namespace."""
+    rewriter = _program_rewriter(program, config) if config is not None else None
     main = _fresh_main(program.name)
     if program.has_file:
         main.__dict__.update(__file__=program.filename, __cached__=None)
@@ -170,6 +172,14 @@ def _run_source(
 
     run_main(execute)
     return main.__dict__
+
+
+def _program_rewriter(program: _Program, config: Config) -> ModuleRewriter | None:
+    """Install the hook; its rewriter for ``program``, or ``None`` where ``program`` is
+    not to be rewritten (a ``.pyc``, or a module a ``!`` pattern excludes: ``!__main__``)."""
+    finder = _install(config).finder
+    left_as_written = program.compiled or finder.matcher.excludes(program.name)
+    return None if left_as_written else finder.rewriter
 
 
 def _absolute(path: str) -> str:
