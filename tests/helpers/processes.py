@@ -30,9 +30,12 @@ def run_python(
 
 def python_path(*directories: Path | str) -> str:
     """``PYTHONPATH`` for a child: ``directories``, then ours (which may name the
-    checkout under test ahead of an installed GraphMend)."""
-    inherited = os.environ.get("PYTHONPATH", "")
-    return os.pathsep.join([*map(str, directories), *filter(None, [inherited])])
+    checkout under test ahead of an installed GraphMend), made absolute: the child may
+    start in another directory, or in none (a deleted one)."""
+    inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return os.pathsep.join(
+        [*map(str, directories), *(os.path.abspath(entry) for entry in inherited if entry)]
+    )
 
 
 def offline_model_environment(scratch: Path) -> dict[str, str]:
