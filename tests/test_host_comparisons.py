@@ -11,6 +11,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from torch._dynamo.testing import CompileCounter
+from torch._dynamo.utils import counters
 
 from graphmend.pipeline import compile_module, rewrite
 from graphmend.runtime import fallbacks
@@ -202,12 +203,17 @@ def _choosing(test: str, arms: str) -> str:
     )
 
 
+#: A guard's forms: an assert's message that formats a number it is given keeps the
+#: guard in Python where the number is pinned (README, Known limits), the rest lowered.
+GUARDS = {
+    "assert": "assert not ({test}), 'bad'",
+    "assert formatting c": "assert not ({test}), f'bad {{c}}'",
+    "raise": "if {test}:\n        raise ValueError('bad')",
+}
+
+
 def _guarding(test: str, form: str) -> str:
-    guard = (
-        f"assert not ({test}), 'bad'"
-        if form == "assert"
-        else f"if {test}:\n        raise ValueError('bad')"
-    )
+    guard = GUARDS[form].format(test=test)
     return f"import torch\n\ndef f(a, b, c, held):\n    h = b * 1\n    {guard}\n    return h * 2\n"
 
 
@@ -215,33 +221,37 @@ def _chooses_as_the_original(
     source: str, arguments: tuple[object, ...], rewrites: frozenset[str] = frozenset({"predicate"})
 ) -> None:
     """The function ``f`` of ``source``, rewritten and compiled, gives what the original
-    gives eagerly, or raises the same kind of error, and compiles no more graphs than
-    the original compiled."""
+    gives eagerly, or raises the same kind of error (or what plain compile gives: an
+    assert TorchDynamo turns into ``torch._assert_async`` itself raises a
+    ``RuntimeError``), and compiles no more graphs, nor gives up more frames, than the
+    original compiled."""
     original = run_as_module(compile(source, "<host read>", "exec"), "gm_plain_read")["f"]
     result = rewrite(source, "<host read>", set(rewrites))
     mended = run_as_module(compile_module(result.tree, "<host read>"), "gm_read")["f"]
     expected, _ = _outcome(original, arguments, compiled=False)
-    _, plain_graphs = _outcome(original, arguments, compiled=True)
+    plain, plain_graphs = _outcome(original, arguments, compiled=True)
     outcome, graphs = _outcome(mended, arguments, compiled=True)
-    assert bitwise_equal(outcome, expected), source
-    assert graphs <= plain_graphs, source
+    assert bitwise_equal(outcome, expected) or bitwise_equal(outcome, plain), source
+    assert all(map(int.__le__, graphs, plain_graphs)), source
 
 
 def _outcome(
     function: Callable[..., Any], arguments: tuple[object, ...], compiled: bool
-) -> tuple[object, int]:
+) -> tuple[object, tuple[int, int]]:
     """What ``function(*arguments)`` gives (an error by its type and, but for torch's
-    own, its message), and how many graphs it compiled (``compiled``: under the eager
-    backend, from a clean TorchDynamo state)."""
+    own, its message), and how many graphs it compiled and frames it gave up
+    (``compiled``: under the eager backend, from a clean TorchDynamo state)."""
     counter = CompileCounter()
     if compiled:
         torch._dynamo.reset()
+        counters.clear()
         function = torch.compile(function, backend=counter)
     try:
-        return function(*arguments), counter.frame_count
+        outcome = function(*arguments)
     except (AssertionError, OverflowError, RuntimeError, ValueError) as error:  # int(nan)
-        message = str(error) if type(error) is not RuntimeError else ""
-        return (type(error), message), counter.frame_count
+        outcome = (type(error), str(error) if type(error) is not RuntimeError else "")
+    frames = counters["frames"]
+    return outcome, (counter.frame_count, frames["total"] - frames["ok"])
 
 
 def _tensor_of(value: float, dtype: torch.dtype) -> torch.Tensor | None:
@@ -296,6 +306,8 @@ TESTS = [
     "a[0].item() and b[0].item()",
     "c < a[0].item() <= 3",
     "float(a[0]) > c or float(b[0]) < c",
+    "float(a[0]) != b[0] and torch.equal(a, b)",
+    "not float(a[0]) != b[0]",
 ]
 
 
@@ -334,7 +346,7 @@ def test_a_test_reading_tensors_compiled_chooses_as_the_original(test, arms, row
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     test=st.sampled_from(TESTS + [f"a[0].item() {symbol} c" for symbol in SYMBOLS]),
-    form=st.sampled_from(["assert", "raise"]),
+    form=st.sampled_from(sorted(GUARDS)),
     rows=ROWS,
     dtypes=st.tuples(*[st.sampled_from(DTYPES)] * 2),
     c=NUMBERS,
@@ -343,6 +355,22 @@ def test_a_guard_reading_tensors_compiled_raises_as_the_original(test, form, row
     """The same tests as guards GraphMend lowers (``assert``, ``if ...: raise``)."""
     a, b = _tensors(rows, dtypes)
     _chooses_as_the_original(_guarding(test, form), (a, b, c, _Held()), frozenset({"trap"}))
+
+
+@pytest.mark.parametrize(
+    "b",
+    [torch.tensor([0.1], dtype=torch.float16), torch.tensor([0.1], dtype=torch.bfloat16).float()],
+    ids=["holds", "fails"],
+)
+def test_an_assert_torchdynamo_lowers_itself_is_lowered_by_it_where_kept(b):
+    """``assert not (not <test>)``: Python folds both ``not`` into the assert's jump, one
+    if true, which TorchDynamo turns into ``torch._assert_async`` itself.  Taken for a
+    jump GraphMend moved to the device, the guard kept in Python broke the graph there:
+    3 graphs against 2 (found by the property above)."""
+    a = torch.tensor([0.1], dtype=torch.bfloat16)
+    _chooses_as_the_original(
+        _guarding("not float(a[0]) != b[0]", "assert"), (a, b, 0, _Held()), frozenset({"trap"})
+    )
 
 
 def test_an_objects_own_read_is_not_read_again_as_written(load_both):

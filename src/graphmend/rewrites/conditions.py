@@ -123,10 +123,16 @@ def jumps_moved_to_device(
     pure, ``a < t < c``) or a read of a tensor (``torch.equal``): where the truth is
     read on the host after all, it breaks the graph there, as the original does (a
     host read or a ``torch.equal`` GraphMend translates is read again by
-    :meth:`Translation.choice_on_host`)."""
+    :meth:`Translation.choice_on_host`).  ``test`` is an assert's: Python folds a
+    ``not`` that the test jumps on into the jump, and TorchDynamo turns the assert's
+    last jump into ``torch._assert_async`` itself where it is a jump if true, past an
+    even number of them (``assert not not t``: no break in the original)."""
+    folded, inverted, last = _folded_nots(test)
+    if inverted and may_be_tensor(last):
+        return True  # the last jump is one if false, a break
     for node in ast.walk(test):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            if may_be_tensor(node.operand):
+            if id(node) not in folded and may_be_tensor(node.operand):
                 return True
         elif isinstance(node, ast.Compare) and len(node.ops) > 1:
             if may_be_tensor(node.left) or may_be_tensor(node.comparators[0]):
@@ -140,6 +146,29 @@ def jumps_moved_to_device(
         elif on_device_form(node, scopes, functions) is not None:
             return True
     return False
+
+
+def _folded_nots(test: ast.expr) -> tuple[set[int], bool, ast.expr]:
+    """The ``not`` operators of the test ``test`` that Python folds into its jumps (by
+    id: those it jumps on, through ``and``/``or``), whether the last jump is inverted (one
+    if false: past an odd number of them), and what it jumps on."""
+    folded: set[int] = set()
+    stack = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            folded.add(id(node))
+            stack.append(node.operand)
+        elif isinstance(node, ast.BoolOp):
+            stack.extend(node.values)
+    inverted, last = False, test
+    while True:
+        if isinstance(last, ast.UnaryOp) and isinstance(last.op, ast.Not):
+            inverted, last = not inverted, last.operand
+        elif isinstance(last, ast.BoolOp):
+            last = last.values[-1]
+        else:
+            return folded, inverted, last
 
 
 @dataclass(frozen=True)
