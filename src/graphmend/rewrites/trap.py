@@ -41,7 +41,6 @@ from graphmend.analysis.speculation import speculation_problem
 from graphmend.findings import Decision
 from graphmend.interpreter_builtins import interpreter_builtin
 from graphmend.rewrites.common import (
-    RUNTIME,
     Decline,
     FunctionStatementRewriter,
     dual_path,
@@ -277,29 +276,15 @@ def _unless_lowered(
     a jump TorchDynamo does not take for an assert, breaks there too, and the frame it
     resumes to raise holds what the original's does (read with ``.item()`` instead, the
     frame resumed after the read raised while traced, one frame given up more than
-    plain compile; fuzz seeds 2402, 2479)."""
-    if guard.is_assert:
-        negated = isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not)
-        test = condition.operand if negated else runtime_call("not_", condition)  # type: ignore[attr-defined]
-        kept: ast.stmt = (
-            _assertion_raised_unless(_after(restart, test), guard.message)
-            if jumps
-            else ast.Assert(test=_after(restart, test), msg=copy.deepcopy(guard.message))
-        )
+    plain compile; fuzz seeds 2402, 2479).  An assert's ``condition`` is ``not <test>``."""
+    if guard.is_assert and not jumps:
+        test = condition.operand  # type: ignore[attr-defined]
+        kept: ast.stmt = ast.Assert(test=_after(restart, test), msg=copy.deepcopy(guard.message))
     else:
         kept = ast.If(
             test=_after(restart, condition), body=[copy.deepcopy(guard.raise_statement)], orelse=[]
         )
     return ast.If(test=ast.UnaryOp(op=ast.Not(), operand=lowered), body=[kept], orelse=[])
-
-
-def _assertion_raised_unless(test: ast.expr, message: ast.expr | None) -> ast.If:
-    """``if not <test>: raise AssertionError(<message>)``, the class an assert raises
-    whatever the module binds to its name (``runtime.ASSERTION_ERROR``)."""
-    exception = ast.Attribute(value=load(RUNTIME), attr="ASSERTION_ERROR", ctx=ast.Load())
-    arguments = [] if message is None else [copy.deepcopy(message)]
-    raised = ast.Raise(exc=ast.Call(func=exception, args=arguments, keywords=[]), cause=None)
-    return ast.If(test=ast.UnaryOp(op=ast.Not(), operand=test), body=[raised], orelse=[])
 
 
 def _after(restart: ast.expr | None, test: ast.expr) -> ast.expr:

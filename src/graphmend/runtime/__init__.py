@@ -45,7 +45,6 @@ from graphmend.runtime.searches import as_written, search_site
 from graphmend.runtime.selection import assign_item, branch
 from graphmend.runtime.tracing import tracing
 from graphmend.runtime.traps import (
-    ASSERTION_ERROR,
     exact_text,
     global_text,
     lower_guard,
@@ -55,7 +54,6 @@ from graphmend.runtime.traps import (
 )
 
 __all__ = [
-    "ASSERTION_ERROR",
     "allclose",
     "as_written",
     "assign_item",

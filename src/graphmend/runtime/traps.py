@@ -65,10 +65,6 @@ from graphmend.runtime.formatting import (
 from graphmend.runtime.pending_effects import changed_sources, effects_pending
 from graphmend.runtime.tracing import tracing
 
-#: What an ``assert`` raises, whatever the module binds to the name ``AssertionError``:
-#: a kept assert whose test jumps on a tensor raises it itself (``rewrites.trap``).
-ASSERTION_ERROR = AssertionError
-
 
 def _sync_on_cuda() -> bool:
     try:
