@@ -28,17 +28,23 @@ def compile_source(source: bytes | str, filename: str, flags: int = 0) -> Any:
         raise SyntaxError("source code cannot contain null bytes", where) from None
 
 
+def parse_source(source: bytes | str, filename: str) -> ast.Module:
+    """The syntax tree of ``source``, as :func:`compile_source` makes it; raises what
+    the interpreter's parser raises."""
+    tree = compile_source(source, filename, ast.PyCF_ONLY_AST)
+    assert isinstance(tree, ast.Module)
+    return tree
+
+
 def parse_tree(source: bytes | str, filename: str) -> ast.Module:
-    """The syntax tree of ``source``, as :func:`compile_source` makes it; a source nested
-    too deeply for the parser (``RecursionError``, ``MemoryError``), which the interpreter
-    cannot compile either, is a ``SyntaxError`` as any other source it refuses."""
+    """:func:`parse_source`, where a source nested too deeply for the parser
+    (``RecursionError``, ``MemoryError``), which the interpreter cannot compile either,
+    is a ``SyntaxError`` as any other source it refuses (for reports of files)."""
     try:
-        tree = compile_source(source, filename, ast.PyCF_ONLY_AST)
+        return parse_source(source, filename)
     except (RecursionError, MemoryError) as error:
         reason = f"too deeply nested to parse ({type(error).__name__}: {error})"
         raise SyntaxError(reason, (filename, None, None, None)) from None
-    assert isinstance(tree, ast.Module)
-    return tree
 
 
 #: A comment declaring the encoding of a source file (PEP 263), and a line that may come

@@ -18,7 +18,7 @@ from types import CodeType
 from typing import TypeVar
 
 from graphmend.analysis.scopes import ModuleScopes
-from graphmend.compiling import compile_source, source_text
+from graphmend.compiling import parse_source, source_text
 from graphmend.directives import LeftAlone, skipped_module
 from graphmend.findings import Decision, Finding
 from graphmend.rewrites import REWRITES
@@ -56,9 +56,7 @@ def parse(source: bytes | str, filename: str, *, quiet: bool = False) -> ast.Mod
     """
     if quiet:
         return parse_quietly(source, filename)[0]
-    tree = compile_source(source, filename, ast.PyCF_ONLY_AST)
-    assert isinstance(tree, ast.Module)
-    return tree
+    return parse_source(source, filename)
 
 
 def parse_quietly(source: bytes | str, filename: str) -> tuple[ast.Module, bool]:
