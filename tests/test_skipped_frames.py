@@ -103,6 +103,28 @@ def forward(x):
 """
 )
 
+#: The same comprehension in a loop: on Python 3.12+ TorchDynamo breaks the graph at
+#: the comprehension's start, loop or not, and resumes after it.
+PRINTED_IN_A_COMPREHENSION_IN_A_LOOP = (
+    PRELUDE
+    + """
+def step(t):
+    print("step")
+    return t + 1
+
+def forward(x):
+    h = embed(x)
+    h = h + position(x)
+    for _ in range(2):
+        hs = [step(t) for t in (h, h * 2)]
+        h = hs[0] + hs[1]
+    for _ in range(2):
+        h = h.sin()
+        torch._dynamo.graph_break()
+    return h
+"""
+)
+
 MERGED_BEFORE_A_FAILED_TRACE = """
 import torch
 
@@ -186,10 +208,21 @@ def test_a_site_in_a_loop_of_an_inlined_function_keeps_its_break(load_both, caps
 
 
 def test_a_site_in_a_comprehension_keeps_its_break_before_a_break_in_a_loop(load_both, capsys):
-    # the comprehension's loop (a function of its own, inlined) was taken to give the
-    # frame up all the same: embed and position became graphs of their own
+    # the comprehension's loop (up to 3.11 a function of its own, inlined; from 3.12
+    # inlined by Python into the frame, where TorchDynamo breaks at the comprehension's
+    # start instead of giving the frame up) was taken to give the frame up all the
+    # same: embed and position became graphs of their own
     _same_graphs_and_result(load_both, PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP)
     assert capsys.readouterr().out == "step\n" * 4
+
+
+def test_a_site_in_a_comprehension_in_a_loop_keeps_the_graphs_of_plain_compile(load_both):
+    # Python 3.12+: the site in a loop kept no break, the frame was given up, and the
+    # graph of embed and position, which plain compiles with the loop's first steps,
+    # lost those steps (graphs of 2, 2 and 4 operations where plain's are 2, 2 and 4 + 4)
+    plain, mended = load_both(PRINTED_IN_A_COMPREHENSION_IN_A_LOOP)
+    x = torch.arange(6.0) - 2
+    assert _operations_per_graph(mended.forward, x) == _operations_per_graph(plain.forward, x)
 
 
 def _operations_per_graph(function, *args) -> list[int]:

@@ -78,6 +78,8 @@ def _frame_given_up(tracer: Any) -> CodeType | None:
         tracer = getattr(tracer, "parent", None)
     for translator in reversed(chain):
         try:
+            if _breaks_back_at_a_comprehension(translator):
+                return None
             if translator.maybe_has_backedge():
                 return translator.f_code
         except (AttributeError, AssertionError, TypeError):
@@ -91,10 +93,24 @@ def in_a_loop(output: Any) -> bool:
     at the call of it in the frame being compiled, whose loops alone count
     (TorchDynamo's own test, made on that frame): a loop of the inlined function only
     makes its own frame, compiled after the break, given up."""
+    root = output.root_tx
     try:
-        return bool(output.root_tx.maybe_has_backedge())
+        return not _breaks_back_at_a_comprehension(root) and bool(root.maybe_has_backedge())
     except (AttributeError, AssertionError, TypeError):
         return True  # not known: a break there might give the frame up anyway
+
+
+def _breaks_back_at_a_comprehension(translator: Any) -> bool:
+    """Whether a break where ``translator`` stands, inside a comprehension of its frame,
+    goes back to the last point it can resume from instead of giving the frame up.  On
+    Python 3.12 and later a comprehension is inlined into its frame, with an exception
+    handler of its own, where TorchDynamo cannot resume: torch 2.13 breaks the graph at
+    the start of the outermost one and runs it in Python (or, where it could not begin
+    there, at the statement before), loops around it or not."""
+    return (
+        getattr(translator, "_comprehension_depth", 0) > 0
+        and getattr(translator, "current_speculation", None) is not None
+    )
 
 
 def keep_first_break_if_frame_lost(root: Any, error: BaseException) -> None:
