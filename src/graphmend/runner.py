@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import importlib.machinery
 import importlib.util
+import linecache
 import marshal
 import os
 import pkgutil
@@ -116,8 +117,21 @@ def run_command(command: str, args: list[str], config: Config) -> None:
         )
         raise SystemExit(1) from None
     source = _cookie_ignored(encoded)
+    if sys.version_info >= (3, 13):
+        _register_command_lines(command)
     program = _Program("__main__", "<string>", source, False, loader, has_file=False, text=command)
     _run_source(program, ["-c", *args], "", config)
+
+
+def _register_command_lines(command: str) -> None:
+    """Give tracebacks the lines of ``-c``'s command, as the interpreter does from Python
+    3.13 on (``linecache``'s entry for ``<string>``, which it writes before running it)."""
+    linecache.cache["<string>"] = (
+        len(command),
+        None,
+        [line + "\n" for line in command.splitlines()],
+        "<string>",
+    )
 
 
 def _cookie_ignored(source: bytes) -> bytes:
