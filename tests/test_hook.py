@@ -348,6 +348,14 @@ def pick(x, k):
 """
 
 
+def _literal_is_warning() -> str:
+    """This Python's wording of its warning for ``k is 1`` (3.12 names the literal's type)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compile("k is 1", "<probe>", "eval")
+    return str(caught[0].message)
+
+
 def _compiler_warnings(name: str) -> list[tuple[type[Warning], str, int]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -360,11 +368,7 @@ def test_a_compiler_warning_is_issued_once_as_python_issues_it(write_module, cac
     claimed = write_module(COMPILER_WARNING)
     expected = _compiler_warnings(plain)
     _install(claimed, cache_dir=cache_dir)
-    assert (
-        _compiler_warnings(claimed)
-        == expected
-        == [(SyntaxWarning, '"is" with a literal. Did you mean "=="?', 6)]
-    )
+    assert _compiler_warnings(claimed) == expected == [(SyntaxWarning, _literal_is_warning(), 6)]
     assert "_@gm_rt" in vars(sys.modules[claimed])
     assert capsys.readouterr().err == ""
 
@@ -494,10 +498,7 @@ def test_a_cold_import_leaves_the_record_of_warnings_shown_as_it_was(write_modul
         _nudge()
         importlib.import_module(name)
         _nudge()
-    assert [str(w.message) for w in caught] == [
-        "shown once",
-        '"is" with a literal. Did you mean "=="?',
-    ]
+    assert [str(w.message) for w in caught] == ["shown once", _literal_is_warning()]
 
 
 def test_a_cold_rewrite_leaves_other_threads_warnings_alone():
