@@ -55,6 +55,31 @@ def test_generated_names_read_as_python(tmp_path, capsys):
     assert "    if graphmend.runtime.tracing():" in records[1]["rewritten"].splitlines()
 
 
+#: A function that declares a global of its own and defers a print.
+DECLARES_A_GLOBAL = """
+import torch
+
+COUNT = 0
+
+
+def step(x):
+    global COUNT
+    COUNT += 1
+    print("step", x.shape, COUNT)
+    return x + COUNT
+"""
+
+
+def test_a_global_statement_shows_the_modules_own_names(tmp_path, capsys):
+    # diff showed "global COUNT" as "global graphmend_" (and "global logger" as
+    # "global graphmend_r"): the module's own names were cut as generated ones.
+    path = tmp_path / "counting.py"
+    path.write_text(DECLARES_A_GLOBAL)
+    out = _diff(capsys, str(path))
+    assert "     global COUNT" in out.splitlines()
+    assert "graphmend_\n" not in out and "global graphmend_" not in out
+
+
 def test_the_rewritten_module_keeps_its_generated_names():
     source = textwrap.dedent(MODULE)
     result = rewrite(source, "model.py", {"predicate", "trap", "defer"})

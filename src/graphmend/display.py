@@ -83,8 +83,13 @@ class Display(ast.NodeTransformer):
         return node
 
     def visit_Global(self, node: ast.Global) -> ast.Global | None:
-        """The runtime and its check read as ``graphmend.runtime``: not listed."""
-        node.names = [self._shown(n) for n in node.names if n not in (RUNTIME, TRACING)]
+        """The runtime and its check read as ``graphmend.runtime``: not listed; the
+        module's own names (``global COUNT``) are shown as they are."""
+        node.names = [
+            self._shown(n) if n.startswith(PREFIX) else n
+            for n in node.names
+            if n not in (RUNTIME, TRACING)
+        ]
         return node if node.names else None
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
