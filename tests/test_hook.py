@@ -91,6 +91,47 @@ def test_reload_goes_through_the_hook_again(write_module, cache_dir):
     assert isinstance(reloaded.__loader__, GraphMendLoader)
 
 
+BEFORE_THE_EDIT = """
+import torch
+
+def step(x):
+    y = x * 2
+    print("step", y.shape)
+    return y + 1
+"""
+
+#: The module edited: a function whose output is deferred first, then step as it was.
+AFTER_THE_EDIT = """
+import torch
+
+def helper(x):
+    y = x + 1
+    print("helper", y.dtype)
+    return y
+
+def step(x):
+    y = x * 2
+    print("step", y.shape)
+    return y + 1
+"""
+
+
+def test_code_from_before_a_reload_defers_its_own_output(write_module, cache_dir, capsys):
+    # The generated functions are module globals, numbered in order: compiled after
+    # the reload, step as imported before the edit (a method of a model made then)
+    # called the new version's function of its number, helper's, and printed
+    # "helper torch.Size([2])".
+    name = write_module(BEFORE_THE_EDIT)
+    _install(name, cache_dir=cache_dir)
+    module = importlib.import_module(name)
+    step = module.step
+    write_module(AFTER_THE_EDIT, name=name)
+    importlib.reload(module)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(step, backend="eager")(torch.ones(2)), torch.full((2,), 3.0))
+    assert capsys.readouterr().out == "step torch.Size([2])\n"
+
+
 def _load_module_as_transformers_4_40_does(name: str, path: Path) -> ModuleType:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # load_module is deprecated

@@ -58,8 +58,9 @@ class Display(ast.NodeTransformer):
         return "\n".join(ast.unparse(statement) for statement in shown if statement is not None)
 
     def _shown(self, generated: str) -> str:
-        """``_@gm_cond1`` as ``graphmend_cond1``."""
-        return self.prefix + generated[len(PREFIX) :]
+        """``_@gm_cond1`` as ``graphmend_cond1``; a module-level function's digest
+        (``_@gm_defer2@<digest>``) is left out."""
+        return self.prefix + generated[len(PREFIX) :].partition("@")[0]
 
     def visit_Name(self, node: ast.Name) -> ast.expr:
         if node.id in (RUNTIME, TRACING):

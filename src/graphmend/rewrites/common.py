@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -99,6 +100,20 @@ def locate(node: ast.AST, like: ast.AST) -> ast.AST:
             if isinstance(child, ast.expr) and child.end_lineno not in (None, child.lineno):
                 child.end_lineno, child.end_col_offset = child.lineno, child.col_offset
     return node
+
+
+def named_by_content(function: ast.FunctionDef) -> str:
+    """Give a generated module-level function a name that says what it does: its name,
+    ``@`` and a digest of its code and source lines; returns the name.
+
+    Code of an earlier version of the module calls it by name after
+    ``importlib.reload`` (a method of an instance made before the reload): a name
+    numbered in order alone would call the new version's function of that number,
+    another site's (its output, or a failure to unpack its arguments).
+    """
+    dumped = ast.dump(function, include_attributes=True)
+    function.name = f"{function.name}@{hashlib.sha256(dumped.encode()).hexdigest()[:16]}"
+    return function.name
 
 
 def substituted(node: ast.AST, reads: Sequence[tuple[ast.AST, str]]) -> ast.AST:

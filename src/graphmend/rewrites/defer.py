@@ -57,6 +57,7 @@ from graphmend.rewrites.common import (
     locate,
     make_function,
     mangled,
+    named_by_content,
     runtime_call,
     store,
     substituted,
@@ -199,9 +200,8 @@ class DeferRewrite(FunctionStatementRewriter):
         except Decline as reason:
             self.record(statement, Decision.DECLINED, str(reason))
             return statement
-        function_name = self.module.fresh_name("defer")
         function = plan.deferred_function(
-            function_name, enclosing.qualname, self.module.fresh_identifier
+            self.module.fresh_name("defer"), enclosing.qualname, self.module.fresh_identifier
         )
         private = _private_name(function, enclosing.class_name)
         if private is not None:
@@ -212,7 +212,9 @@ class DeferRewrite(FunctionStatementRewriter):
                 "the call deferred out of the class would read another name",
             )
             return statement
-        self.module.module_level.append(locate(function, statement))  # type: ignore[arg-type]
+        locate(function, statement)
+        function_name = named_by_content(function)
+        self.module.module_level.append(function)
         self.record(statement, Decision.REWRITTEN, plan.describe(found))
         tracing_path = plan.tracing_path(function_name, self.module.fresh_name, statement)
         if found.kind is OutputKind.WARNING:
