@@ -258,6 +258,22 @@ def test_a_null_byte_is_reported_at_its_line(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize("separator", ["\f", "\x1c", "\u2028"])
+def test_a_sites_source_is_its_own_line_after_a_character_python_does_not_end_lines_at(
+    tmp_path, capsys, separator
+):
+    # a page break (form feed) on a line of its own, common in older code, or such a
+    # character in a comment: the sites below it were shown with the line above's source
+    path = tmp_path / "paged.py"
+    path.write_text(
+        f"import torch  # {separator}\n\f\ndef f(x):\n    y = x * 2\n    print('f', y.shape)\n",
+        encoding="utf-8",
+    )
+    status, out, _ = _run(capsys, "explain", "--json", str(path))
+    assert status == 0
+    assert [(r["lineno"], r["source"]) for r in json.loads(out)] == [(5, "print('f', y.shape)")]
+
+
 #: A module too deeply nested for Python's parser (python itself cannot compile it).
 TOO_DEEP = "x = " + " + ".join(["1"] * 10_000) + "\n"
 

@@ -89,6 +89,15 @@ def test_each_remaining_break_has_graphmend_decision_and_reason(tmp_path: Path) 
     assert all(entry.hint for entry in report.remaining)
 
 
+def test_a_break_below_a_page_break_shows_its_own_line(tmp_path: Path) -> None:
+    # str.splitlines() ends a line at a form feed too, Python does not: every break
+    # below a page break was shown with the source of the line above it
+    source = "import torch\n\f\ndef f(x):\n    x = x + 1\n    torch._dynamo.graph_break()\n"
+    module = import_rewritten(tmp_path, "paged_subject", source + "    return x * 2\n")
+    report = graphmend.report(module.f, torch.ones(2))
+    assert [entry.source for entry in report.remaining] == ["torch._dynamo.graph_break()"]
+
+
 FALLING_BACK = """
 import torch
 

@@ -86,7 +86,7 @@ def rewrite(
     module = ModuleContext(
         filename=filename,
         text=text,
-        lines=text.splitlines(),
+        lines=text.split("\n"),  # numbered as the parser numbers them: not at a form feed
         scopes=ModuleScopes(tree),
     )
     for definition, left_alone in left_alone_definitions(tree, module.scopes):
@@ -119,7 +119,7 @@ def finding(left_alone: LeftAlone, filename: str, lines: list[str]) -> Finding:
 
 
 def _lines(source: bytes | str) -> list[str]:
-    return _text(source).splitlines()
+    return _text(source).split("\n")
 
 
 def _text(source: bytes | str) -> str:

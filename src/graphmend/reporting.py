@@ -32,6 +32,7 @@ from typing import Any
 
 from graphmend.activation import current
 from graphmend.breaks import Observation, ObservedBreak, observe
+from graphmend.compiling import source_text
 from graphmend.config import ALL_REWRITES as REWRITE_NAMES
 from graphmend.config import Config, ConfigError
 from graphmend.discovery import ModuleFile
@@ -275,7 +276,7 @@ class _StaticFile:
 
     def __init__(self, analysed: ModuleReport) -> None:
         self.name = analysed.name
-        self._lines = analysed.source.decode("utf-8", "replace").splitlines()
+        self._lines = source_text(analysed.source).split("\n")  # not at a form feed
         self._findings = analysed.findings()
         self._tree = ast.parse(analysed.source)
 
