@@ -620,7 +620,7 @@ def test_the_garbage_collector_is_paused_while_rewriting_and_restored(
     original = pipeline.rewrite
 
     def observed(*args, **kwargs):
-        seen.append(gc.isenabled())
+        seen.append(gc.get_threshold()[0])
         if fails:
             raise RecursionError("maximum recursion depth exceeded")
         return original(*args, **kwargs)
@@ -628,10 +628,11 @@ def test_the_garbage_collector_is_paused_while_rewriting_and_restored(
     monkeypatch.setattr("graphmend.pipeline.rewrite", observed)
     installation = _install(name, cache_dir=cache_dir)
     path = Path(importlib.util.find_spec(name).origin)
+    thresholds = gc.get_threshold()
     (gc.enable if collecting else gc.disable)()
     try:
         outcome = installation.finder.rewriter.build(name, str(path), path.read_bytes())
-        assert (seen, gc.isenabled()) == ([False], collecting)
+        assert (seen, gc.isenabled(), gc.get_threshold()) == ([0], collecting, thresholds)
     finally:
         gc.enable()
     assert outcome.status is (Status.FELL_BACK if fails else Status.REWRITTEN)
@@ -642,15 +643,34 @@ def test_a_child_forked_during_a_rewrite_collects_garbage():
     # the pause is the process's: a child forked while another thread rewrote (a
     # DataLoader worker) kept the collector off for good
     reading, writing = os.pipe()
+    thresholds = gc.get_threshold()
     with collector_paused():
-        assert not gc.isenabled()
+        assert gc.get_threshold()[0] == 0
         child = os.fork()
         if child == 0:
-            os.write(writing, b"1" if gc.isenabled() else b"0")
+            os.write(writing, b"1" if gc.get_threshold() == thresholds else b"0")
             os._exit(0)
     os.waitpid(child, 0)
     assert os.read(reading, 1) == b"1"
+    assert gc.get_threshold() == thresholds
+
+
+def test_the_programs_switch_of_the_collector_stays_the_programs():
+    # the pause was gc.disable(): another thread's gc.isenabled() read False during a
+    # rewrite, and its gc.disable() then was undone when the rewrite ended
     assert gc.isenabled()
+    thresholds = gc.get_threshold()
+    try:
+        with collector_paused():
+            assert gc.isenabled()
+            gc.disable()  # another thread's, while a module is rewritten
+        assert (gc.isenabled(), gc.get_threshold()) == (False, thresholds)
+        with collector_paused():
+            gc.set_threshold(500, 20, 20)  # thresholds another thread set meanwhile
+        assert gc.get_threshold() == (500, 20, 20)
+    finally:
+        gc.enable()
+        gc.set_threshold(*thresholds)
 
 
 def test_pytest_assertion_rewriting_and_graphmend_work_in_one_process(write_module, cache_dir):

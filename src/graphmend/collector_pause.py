@@ -5,10 +5,15 @@ off collection after collection; with torch and transformers on the heap each co
 milliseconds, about half the time of a cold rewrite (measured).  What is left is freed
 by reference counting, or by the next collection.
 
-The collector is one switch for the whole process: threads rewriting at once share one
-pause, and the last to finish puts it back as the first found it.  A child forked
-meanwhile (a DataLoader worker, a ``fork`` pool) has no rewrite running: it gets the
-collector back as it was before the pause.
+The pause sets the collector's first threshold to zero, which stops automatic
+collection, rather than switching the collector off: ``gc.isenabled()``,
+``gc.disable()`` and ``gc.enable()`` stay the program's (a thread that switched the
+collector off while another thread rewrote a module found it on again after the
+rewrite, and read ``gc.isenabled()`` False during it).  The thresholds are one setting
+for the whole process: threads rewriting at once share one pause, and the last to
+finish puts them back as the first found them, unless the program set others
+meanwhile.  A child forked meanwhile (a DataLoader worker, a ``fork`` pool) has no
+rewrite running: it gets them back as they were before the pause.
 """
 
 from __future__ import annotations
@@ -21,31 +26,36 @@ from contextlib import contextmanager
 
 
 class _Pause:
-    """How many rewrites run now, and whether the collector ran before the first."""
+    """How many rewrites run now, and the collector's thresholds before the first."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.holders = 0
-        self.was_enabled = False
+        self.thresholds: tuple[int, ...] = gc.get_threshold()
 
     def begin(self) -> None:
         with self.lock:
             if self.holders == 0:
-                self.was_enabled = gc.isenabled()
-                gc.disable()
+                self.thresholds = gc.get_threshold()
+                gc.set_threshold(0, *self.thresholds[1:])
             self.holders += 1
 
     def end(self) -> None:
         with self.lock:
             self.holders -= 1
-            if self.holders == 0 and self.was_enabled:
-                gc.enable()
+            if self.holders == 0:
+                self._resume()
+
+    def _resume(self) -> None:
+        """The thresholds back as they were, unless the program set others meanwhile."""
+        if gc.get_threshold() == (0, *self.thresholds[1:]):
+            gc.set_threshold(*self.thresholds)
 
     def after_fork_in_child(self) -> None:
         # the lock may have been held by a thread the child does not have
         self.lock = threading.Lock()
-        if self.holders and self.was_enabled:
-            gc.enable()
+        if self.holders:
+            self._resume()
         self.holders = 0
 
 
@@ -56,7 +66,7 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Run the block without the cyclic garbage collector (as it was before, after)."""
+    """Run the block without automatic garbage collection (as it was before, after)."""
     _PAUSE.begin()
     try:
         yield
