@@ -40,8 +40,10 @@ from graphmend.rewriter import ModuleRewriter
 T = TypeVar("T")
 
 #: GraphMend's package directory (with its separator: ``graphmend_tools/`` beside it is
-#: none of it) and runpy: the frames dropped from the top of an uncaught error's traceback.
-_OWN_FILES = (os.path.join(Path(graphmend.__file__).parent, ""), runpy.__file__)
+#: none of it): the frames dropped from the top of an uncaught error's traceback.  Not
+#: runpy's, which ``python -m`` shows (on Python 3.10, where it is not frozen, they were
+#: taken for GraphMend's own).
+_OWN_FILES = os.path.join(Path(graphmend.__file__).parent, "")
 
 
 class ScriptError(Exception):
