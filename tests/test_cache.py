@@ -587,9 +587,9 @@ def test_cli_warm_reports_a_module_too_deep_to_parse_as_not_warmed(
     monkeypatch.syspath_prepend(str(tmp_path))
     assert cli_main(["cache", "warm", "gm_too_deep"]) == 1
     captured = capsys.readouterr()
-    assert "gm_too_deep: fell back to the original code: parsing failed: RecursionError" in (
-        captured.err
-    )
+    # Python 3.10's parser takes it, and the rewrite's own recursion fails
+    failed = "parsing failed: RecursionError" if sys.version_info >= (3, 11) else "RecursionError"
+    assert f"gm_too_deep: fell back to the original code: {failed}" in captured.err
     assert "warmed 1 module matching gm_too_deep" in captured.out and "1 fell back" in captured.out
     assert _entries(cache_dir) == []
 

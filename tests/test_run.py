@@ -234,7 +234,16 @@ FAILING_HOOK = (
     "source",
     [
         "import torch\ndef f(:\n    pass\n",
-        "import torch\nx = 1 \0 + 2\n",
+        pytest.param(
+            "import torch\nx = 1 \0 + 2\n",
+            marks=pytest.mark.xfail(
+                sys.version_info < (3, 11),
+                reason="Python 3.10's file reader ends a line at a null byte and joins the "
+                "next line to it; GraphMend compiles the source as 3.11+ does, which "
+                "refuses null bytes",
+                strict=True,
+            ),
+        ),
         UNCAUGHT,
         LAST_VALUE + UNCAUGHT,
         FAILING_HOOK + UNCAUGHT,
