@@ -154,6 +154,23 @@ class DropoutInTheRest(CacheInTheRest):
         self.cache = nn.Dropout(0.0)
 
 
+class DropsOutInAnArm(nn.Module):
+    '''T1: an arm calls a dropout, whose training flag the purity check reads.'''
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        h = self.lin(x)
+        if h.sum() > 0:
+            y = self.drop(h)
+        else:
+            y = h * 2
+        return y + 1
+
+
 class ScalesByPi(nn.Module):
     '''T1: only the arm never taken reads math.pi, a constant of another module.'''
 
@@ -562,6 +579,32 @@ def test_a_submodule_number_read_under_both_outcomes_is_continued(modules) -> No
         result = torch.compile(model, backend=counter)(x, mask)
     assert torch.equal(result, plain.DropoutInTheRest().eval()(x, mask))
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_declined_submodule_check_leaves_no_training_guard(modules, dynamic) -> None:
+    """The check that an arm's submodule is pure reads its training flag; where the site
+    then keeps its break (autograd records; under ``dynamic=True`` the dropout's ``p``
+    would be pinned), TorchDynamo's guard on that flag stayed in the frame before the
+    break, which plain compile's never reads there: each ``model.train()`` or
+    ``eval()`` compiled that frame again (5 graphs against plain's 4)."""
+    runs = []
+    for module in modules:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = module.DropsOutInAnArm()
+        counter = CompileCounter()
+        compiled = torch.compile(model, backend=counter, dynamic=dynamic)
+        results = []
+        for sign, training in ((-1, False), (1, True), (-1, False), (1, True)):
+            model.train(training)
+            torch.manual_seed(1)
+            with torch.set_grad_enabled(dynamic is None):
+                results.append(compiled(sign * torch.ones(3, 4)).detach())
+        runs.append((counter.frame_count, results))
+    (plain_graphs, expected), (graphs, results) = runs
+    assert graphs <= plain_graphs
+    assert all(map(torch.equal, results, expected))
 
 
 def test_a_right_side_evaluated_ahead_of_time_leaves_no_guard_behind(modules) -> None:

@@ -95,11 +95,6 @@ def why_impure(module: Any) -> str | None:
         return "a global module hook is set"
     if module._forward_hooks or module._forward_pre_hooks:
         return "it has forward hooks"
-    if isinstance(module, _TRAINING_CHANGES_STATE) and module.training:
-        return (
-            "it is in training mode (dropout and RReLU draw random numbers, batch norm "
-            "updates its statistics)"
-        )
     if type(module) is nn.Sequential:
         for child in module:
             reason = why_impure(child)
@@ -110,6 +105,20 @@ def why_impure(module: Any) -> str | None:
         type(module) in _PURE_MODULES or type(module).__module__ in _PURE_MODULE_PACKAGES
     ):
         return f"its type {type(module).__qualname__} is not known to be pure"
+    return None
+
+
+def why_training(module: Any) -> str | None:
+    """Why calling ``module``, pure by :func:`why_impure`, changes state in its mode (a
+    dropout, RReLU or batch norm in training mode, or one in an ``nn.Sequential``);
+    ``None`` when it does not."""
+    if isinstance(module, _TRAINING_CHANGES_STATE) and module.training:
+        return (
+            "it is in training mode (dropout and RReLU draw random numbers, batch norm "
+            "updates its statistics)"
+        )
+    if type(module) is nn.Sequential:
+        return next(filter(None, map(why_training, module)), None)
     return None
 
 
@@ -165,6 +174,16 @@ def branch(
             return None
     if open_site("predicate") is not None:
         return None
+    for module in modules:
+        # Asked after the site is opened: reading the mode makes TorchDynamo guard on
+        # it, and a decline then takes that guard back (kept in the frame before the
+        # break, which the original's does not read, it compiled the frame again at
+        # each model.train() or eval()).  A module's class and hooks, which do not
+        # change that way, are checked before: a decline there costs no new trace.
+        reason = why_training(module)
+        if reason is not None:
+            declined("predicate", f"a branch calls a submodule: {reason}")
+            return None
     if expensive and any(type(v) is float for v in (*then_arguments, *else_arguments)):
         # torch.cond cannot take a branch that reads a float TorchDynamo made symbolic
         # (a float argument that changed between calls); under tracing a float's type
