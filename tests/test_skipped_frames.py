@@ -84,7 +84,10 @@ def forward(x):
 """
 )
 
-PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP = (
+#: A frame whose list comprehension (in ``{comprehension}``) calls a function that
+#: prints, before a break in a loop.  On Python 3.12+ TorchDynamo breaks the graph at
+#: the comprehension's start, in a loop or not, and resumes after it.
+COMPREHENSION_BEFORE_A_LOOP = (
     PRELUDE
     + """
 def step(t):
@@ -94,35 +97,20 @@ def step(t):
 def forward(x):
     h = embed(x)
     h = h + position(x)
-    hs = [step(t) for t in (h, h * 2)]
-    h = hs[0] + hs[1]
+{comprehension}
     for _ in range(2):
         h = h.sin()
         torch._dynamo.graph_break()
     return h
 """
 )
-
-#: The same comprehension in a loop: on Python 3.12+ TorchDynamo breaks the graph at
-#: the comprehension's start, loop or not, and resumes after it.
-PRINTED_IN_A_COMPREHENSION_IN_A_LOOP = (
-    PRELUDE
-    + """
-def step(t):
-    print("step")
-    return t + 1
-
-def forward(x):
-    h = embed(x)
-    h = h + position(x)
-    for _ in range(2):
-        hs = [step(t) for t in (h, h * 2)]
-        h = hs[0] + hs[1]
-    for _ in range(2):
-        h = h.sin()
-        torch._dynamo.graph_break()
-    return h
-"""
+PRINTED_IN_A_COMPREHENSION_BEFORE_A_BREAK_IN_A_LOOP = COMPREHENSION_BEFORE_A_LOOP.format(
+    comprehension="    hs = [step(t) for t in (h, h * 2)]\n    h = hs[0] + hs[1]"
+)
+PRINTED_IN_A_COMPREHENSION_IN_A_LOOP = COMPREHENSION_BEFORE_A_LOOP.format(
+    comprehension="    for _ in range(2):\n"
+    "        hs = [step(t) for t in (h, h * 2)]\n"
+    "        h = hs[0] + hs[1]"
 )
 
 MERGED_BEFORE_A_FAILED_TRACE = """
