@@ -43,7 +43,7 @@ T = TypeVar("T")
 #: none of it): the frames dropped from the top of an uncaught error's traceback.  Not
 #: runpy's, which ``python -m`` shows (on Python 3.10, where it is not frozen, they were
 #: taken for GraphMend's own).
-_OWN_FILES = os.path.join(Path(graphmend.__file__).parent, "")
+_OWN_DIR = os.path.join(Path(graphmend.__file__).parent, "")
 
 
 class ScriptError(Exception):
@@ -363,7 +363,7 @@ def _drop_own_frames(error: BaseException) -> None:
     """Drop GraphMend's own frames from the top of the traceback of ``error``, caught
     here, so that it starts at the script's first frame."""
     traceback = error.__traceback__
-    while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+    while traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
         traceback = traceback.tb_next
     error.with_traceback(traceback)
 

@@ -175,11 +175,11 @@ def branch(
     if open_site("predicate") is not None:
         return None
     for module in modules:
-        # Asked after the site is opened: reading the mode makes TorchDynamo guard on
-        # it, and a decline then takes that guard back (kept in the frame before the
-        # break, which the original's does not read, it compiled the frame again at
-        # each model.train() or eval()).  A module's class and hooks, which do not
-        # change that way, are checked before: a decline there costs no new trace.
+        # Asked after the site is opened, so that a decline takes back the guard that
+        # reading the mode makes: kept in the frame before the break, where the
+        # original's frame does not read the mode, it compiled that frame again at each
+        # model.train() or eval().  A module's class and hooks, which do not change that
+        # way, are checked before the opening, where a decline costs no new trace.
         reason = why_training(module)
         if reason is not None:
             declined("predicate", f"a branch calls a submodule: {reason}")
