@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
-from graphmend.runtime import fallbacks
+from graphmend import GraphMendWarning
+from graphmend.runtime import fallbacks, marked_sizes
 from helpers.modules import import_both
 
 SOURCE = """
@@ -265,3 +267,106 @@ def test_code_after_a_site_pinning_a_size_marked_dynamic_compiles(load_both, nam
     (expected, plain_graphs), (result, graphs) = outcomes
     assert torch.equal(result, expected)
     assert graphs <= plain_graphs
+
+
+#: A frame whose traced path depends on state that tracing sets (transformers' output
+#: capturing, once a frame recording outputs was traced): plain compile gives
+#: ``record`` up at the branch in its loop and runs it in Python; GraphMend merges the
+#: branch, and ``gated``, taking the traced path, multiplies a marked size by a static
+#: one in its own frame, where plain compile gives it up too.
+PINNED_AFTER_A_MERGE_ELSEWHERE = """
+import torch
+
+
+class State:
+    traced = False
+
+
+STATE = State()
+
+
+def record(x):
+    steps = x * 0
+    for _ in range(2):
+        if x.sum() > 0:
+            steps = steps + 1
+        if torch.compiler.is_compiling():
+            STATE.traced = True
+    return steps
+
+
+def gated(x, m):
+    for _ in range(1):
+        if not STATE.traced:
+            torch._dynamo.graph_break()
+        y = scale(x + 0, m)
+    return y
+
+
+def scale(a, m):
+    return a * m
+
+
+def pins(x, m):
+    return x * m
+"""
+
+
+def _marked_and_static() -> tuple[torch.Tensor, torch.Tensor]:
+    x, m = torch.arange(12.0).reshape(3, 4), torch.ones(3, 4)
+    torch._dynamo.mark_dynamic(x, 0)
+    return x, m
+
+
+def test_a_frame_pinning_a_marked_size_after_a_merge_elsewhere_runs_in_python(
+    load_both, monkeypatch
+) -> None:
+    """The BART reproduction (float16, ``output_attentions=True``, the mask marked dynamic;
+    found by helper audit_dyn): the compile failed with ``ConstraintViolationError``,
+    where plain compile succeeds.  The frame with no site that pins the size runs in
+    Python, with a warning; its callee compiles as under plain compile."""
+    plain, mended = load_both(PINNED_AFTER_A_MERGE_ELSEWHERE)
+    monkeypatch.setattr(marked_sizes, "_removed_a_break", False)  # record's merge sets it
+    counts = []
+    for module in (plain, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        x, m = _marked_and_static()
+        torch.compile(module.record, backend=counter)(torch.ones(3, 4))
+        gated = torch.compile(module.gated, backend=counter)
+        if module is mended:
+            with pytest.warns(GraphMendWarning, match=r"gated .* marks dynamic"):
+                result = gated(x, m)
+        else:
+            result = gated(x, m)
+        assert torch.equal(result, x * m)
+        counts.append(counter.frame_count)
+    assert (plain.STATE.traced, mended.STATE.traced) == (False, True)
+    assert counts == [1, 2]  # plain: scale; GraphMend: record, merged, and scale
+
+
+@pytest.mark.parametrize("merged_before", [False, True])
+def test_a_frame_pinning_a_marked_size_fails_as_plain_where_nothing_merged(
+    load_both, monkeypatch, merged_before: bool
+) -> None:
+    """Where no graph with a site open was compiled, the compile fails as plain compile's
+    does; after one, the frame runs in Python (plain compile may fail there too: the
+    warning says so).  Under ``fullgraph=True`` it fails either way."""
+    plain, mended = load_both(PINNED_AFTER_A_MERGE_ELSEWHERE)
+    monkeypatch.setattr(marked_sizes, "_removed_a_break", False)  # (it counts plain code too)
+    torch._dynamo.reset()
+    with pytest.raises(ConstraintViolationError):
+        torch.compile(plain.pins, backend="eager")(*_marked_and_static())
+    monkeypatch.setattr(marked_sizes, "_removed_a_break", merged_before)
+    torch._dynamo.reset()
+    with pytest.raises(ConstraintViolationError):
+        torch.compile(mended.pins, backend="eager", fullgraph=True)(*_marked_and_static())
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.pins, backend="eager")
+    if merged_before:
+        with pytest.warns(GraphMendWarning, match="plain compile may"):
+            x, m = _marked_and_static()
+            assert torch.equal(compiled(x, m), x * m)
+    else:
+        with pytest.raises(ConstraintViolationError):
+            compiled(*_marked_and_static())

@@ -39,6 +39,7 @@ from graphmend.runtime import dynamo_support, formatting
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import check_before_compiling, open_site, opened_site
 from graphmend.runtime.formatting import format_now, held_while_tracing
+from graphmend.runtime.marked_sizes import run_in_python_where_pinned
 from graphmend.runtime.skipped_frames import keep_first_break_if_frame_lost
 from graphmend.runtime.tracing import dynamo_traces
 from graphmend.runtime.transforms import inside_a_transform
@@ -417,7 +418,7 @@ def _enable(_dynamo: object = None) -> None:
         # Unregistered, a generated function is an ordinary function that makes
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
-    dynamo_support.on_failed_trace(keep_first_break_if_frame_lost)
+    dynamo_support.watch_frame_traces(run_in_python_where_pinned, keep_first_break_if_frame_lost)
     _enabled = True
     # what the generated functions call, and what render calls (under dynamic=True a
     # float TorchDynamo made symbolic made a graph of a helper's own frame)

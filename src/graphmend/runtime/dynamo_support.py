@@ -26,9 +26,9 @@ keep those calls, GraphMend does not guess: deferred calls stay off (output
 calls keep their graph breaks, as without GraphMend) and one warning says so.
 The patch is one attribute assignment, made when TorchDynamo is imported; its
 code runs only while Dynamo inlines a frame, that is while compiling.  A second
-patch (:func:`on_failed_trace`) wraps ``InstructionTranslator.run``, the tracing of
-the frame that owns the graph: the error that ends it is shown to GraphMend before
-it goes on (deferred calls would be lost with the trace).  (A
+patch (:func:`watch_frame_traces`) wraps ``InstructionTranslator.run``, the tracing of
+the frame that owns the graph: GraphMend is shown its start, and the error that ends
+it before it goes on (deferred calls would be lost with the trace).  (A
 start-of-compile callback would be later still, but ``torch._dynamo.reset()``
 removes those callbacks, and a reset before the first compile would lose the
 calls silently.)
@@ -117,10 +117,13 @@ def never_compiled(function: Callable[..., Any]) -> None:
         codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
 
 
-def on_failed_trace(handler: Callable[[Any, BaseException], None]) -> None:
-    """Call ``handler(translator, error)`` with the error that ends the tracing of a frame
-    that owns a graph (``InstructionTranslator.run``), before it propagates; the handler
-    may raise TorchDynamo's ``RestartAnalysis`` instead.  Applied once, with
+def watch_frame_traces(
+    on_start: Callable[[Any], None], on_error: Callable[[Any, BaseException], None]
+) -> None:
+    """Call ``on_start(translator)`` as the tracing of a frame that owns a graph begins
+    (``InstructionTranslator.run``), and ``on_error(translator, error)`` with the error
+    that ends it, before it propagates; either may raise TorchDynamo's
+    ``RestartAnalysis`` or ``SkipFrame`` instead.  Applied once, with
     :func:`keep_inlined_deferred_calls` (tested releases only)."""
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -130,10 +133,11 @@ def on_failed_trace(handler: Callable[[Any, BaseException], None]) -> None:
 
     @functools.wraps(original)
     def run(self: Any) -> None:
+        on_start(self)
         try:
             original(self)
         except Exception as error:
-            handler(self, error)
+            on_error(self, error)
             raise
 
     setattr(run, _PATCHED, True)

@@ -10,6 +10,18 @@ was opened in pins a marked size, the site opened last keeps its break, and agai
 the one before it, until the graph pins none (or no site is left: the original code
 pins it, and the compile fails as plain compile's does): see
 :func:`graphmend.runtime.attempts.keep_marked_sizes_dynamic`.
+
+A removed break can also bring such code into a frame where no site stands.  Model
+code keeps state that tracing sets: transformers' output capturing takes its
+compiling path once a frame that records outputs was traced, where plain compile,
+giving that frame up at a break in its loop, ran it in Python.  A later frame then
+takes the other path, and where plain compile gave up the decoder at a break inside it,
+GraphMend's trace holds the whole decoder, whose cross-attention pins the marked
+length of the encoder's mask (a float16 BART with ``output_attentions=True``).  So once
+a graph with a site open has been compiled in the process, a graph with no site that
+pins a marked size gives its frame up, and the frame runs in Python, with a warning
+(:func:`run_in_python_where_pinned`), where the compile would fail: plain compile
+compiled that code otherwise, or failed the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +29,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from graphmend.notices import warn
+
+#: Whether a graph with a site open, which pins no marked size, was compiled in this
+#: process: GraphMend removed a break, and what runs later may differ from plain compile.
+_removed_a_break = False
 
 
 def pinned_marked_size(output: Any) -> str | None:
@@ -35,3 +53,39 @@ def pinned_marked_size(output: Any) -> str | None:
             if isinstance(size, torch.SymInt) and size.node.expr.is_number:
                 return f"{node.name}.size({dimension}) == {size.node.expr}"
     return None
+
+
+def run_in_python_where_pinned(root: Any) -> None:
+    """As the tracing of the frame ``root`` begins: before each graph of it is compiled,
+    give the frame up (TorchDynamo's ``SkipFrame``: it runs in Python) where no site is
+    open in the graph, the graph pins a marked size, and a graph with a site open was
+    compiled earlier in the process.  Not where the frame must be one graph."""
+    from torch._dynamo import exc
+
+    from graphmend.runtime.attempts import (  # attempts imports this module
+        check_before_compiling,
+        last_opened_site,
+        must_be_one_graph,
+    )
+
+    output = root.output
+
+    def run_in_python_if_pinned(_results: list[Any]) -> None:
+        global _removed_a_break
+        if last_opened_site(output) is not None:
+            # a pinned size here is the site's to answer for (keep_marked_sizes_dynamic)
+            _removed_a_break = _removed_a_break or pinned_marked_size(output) is None
+            return
+        pinned = pinned_marked_size(output) if _removed_a_break else None
+        if pinned is None or must_be_one_graph(root):
+            return
+        code = root.f_code
+        warn(
+            f"GraphMend: {code.co_name} ({code.co_filename}:{code.co_firstlineno}) pins "
+            f"{pinned}, a size the program marks dynamic (torch._dynamo.mark_dynamic), "
+            "after a graph break GraphMend removed earlier: it runs in Python, where the "
+            "compile would fail (plain compile may trace other code there)"
+        )
+        raise exc.SkipFrame(f"GraphMend: the graph pins {pinned}, a size marked dynamic")
+
+    check_before_compiling(output, run_in_python_if_pinned)
