@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.exc import TorchRuntimeError
 from torch._dynamo.testing import CompileCounter
 
+from graphmend import GraphMendWarning
+from graphmend.runtime import skipped_frames
 from helpers.graphs import compile_and_run
 
 #: The two functions each frame below calls before its first break: given up, the
@@ -343,3 +346,42 @@ def test_a_later_call_failing_in_a_frame_plain_gives_up_runs_it_in_python(load_b
     for m in (torch.ones(3), None):
         assert torch.equal(compiled(torch.ones(3), m), plain.outer(torch.ones(3), m))
     assert counter.frame_count <= 2  # outer merged, at the first call; nothing after
+
+
+class _RunsCodeWhenRead:
+    """A ``self`` in a traceback that is no translator: TorchDynamo's lazy variables
+    build themselves when an attribute is read, and may raise (torch 2.14)."""
+
+    def __getattr__(self, name: str) -> object:
+        raise ValueError(f"read {name}")
+
+    def fail(self) -> None:
+        raise KeyError("traced code failed")
+
+
+def test_only_translators_in_a_failed_traces_traceback_are_read() -> None:
+    """On torch 2.14 reading ``f_code`` off every ``self`` in the traceback replaced the
+    compile's own error with the lazy variable's (a plain module's compile failed with
+    GraphMend installed)."""
+    root = type("Root", (), {"one_graph": False, "error_on_graph_break": False})()
+    try:
+        _RunsCodeWhenRead().fail()
+    except KeyError as error:
+        assert not skipped_frames._failed_where_plain_gives_up(root, error)
+
+
+def test_a_failure_of_graphmends_check_leaves_the_compiles_own_error(
+    load_both, monkeypatch
+) -> None:
+    """Whatever the check made when a frame's tracing fails raises, the compile fails with
+    its own error, as without GraphMend, and GraphMend says once that it failed."""
+    plain, _ = load_both("import torch\n\ndef f(x):\n    return x + torch.ones(3)\n")
+
+    def broken(_error: BaseException) -> bool:
+        raise RuntimeError("GraphMend's own bug")
+
+    monkeypatch.setattr(skipped_frames, "_gives_frame_up", broken)
+    torch._dynamo.reset()
+    compiled = torch.compile(plain.f, backend="eager")
+    with pytest.warns(GraphMendWarning, match="own bug"), pytest.raises(TorchRuntimeError):
+        compiled(torch.ones(2))

@@ -123,21 +123,36 @@ def watch_frame_traces(
     """Call ``on_start(translator)`` as the tracing of a frame that owns a graph begins
     (``InstructionTranslator.run``), and ``on_error(translator, error)`` with the error
     that ends it, before it propagates; either may raise TorchDynamo's
-    ``RestartAnalysis`` or ``SkipFrame`` instead.  Applied once, with
-    :func:`keep_inlined_deferred_calls` (tested releases only)."""
+    ``RestartAnalysis`` or ``SkipFrame`` instead.  Anything else either raises is
+    GraphMend's own failure: it is reported once, and the tracing goes on as without
+    GraphMend.  Applied once, with :func:`keep_inlined_deferred_calls` (tested releases
+    only)."""
+    from torch._dynamo import exc
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
     original = InstructionTranslator.run
     if getattr(original, _PATCHED, False):
         return
 
+    def contained(handler: Callable[..., None], *arguments: Any) -> None:
+        try:
+            handler(*arguments)
+        except (exc.RestartAnalysis, exc.SkipFrame):
+            raise
+        except Exception as failure:
+            warn(
+                f"GraphMend: {handler.__name__} failed while TorchDynamo traced a frame "
+                f"({type(failure).__name__}: {failure}); the frame is traced as without "
+                "GraphMend's check; please report it"
+            )
+
     @functools.wraps(original)
     def run(self: Any) -> None:
-        on_start(self)
+        contained(on_start, self)
         try:
             original(self)
         except Exception as error:
-            on_error(self, error)
+            contained(on_error, self, error)
             raise
 
     setattr(run, _PATCHED, True)

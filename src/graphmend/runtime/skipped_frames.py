@@ -150,14 +150,20 @@ def _failed_where_plain_gives_up(root: Any, error: BaseException) -> bool:
     """Whether ``error`` ended the tracing of the frame ``root`` inside a frame plain
     compile gives up (:data:`_GIVEN_UP_PLAINLY`), the frame itself or one it inlines;
     not where it must be one graph, whose compile fails either way."""
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
     from graphmend.runtime.attempts import must_be_one_graph  # attempts imports this module
 
     if must_be_one_graph(root):
         return False
     traceback = error.__traceback__
     while traceback is not None:
+        # only a translator's: another ``self`` (a lazy variable) may run code when read
         translator = traceback.tb_frame.f_locals.get("self")
-        if getattr(translator, "f_code", None) in _GIVEN_UP_PLAINLY:
+        if (
+            isinstance(translator, InstructionTranslatorBase)
+            and translator.f_code in _GIVEN_UP_PLAINLY
+        ):
             return True
         traceback = traceback.tb_next
     return False
