@@ -10,11 +10,13 @@ import warnings
 
 import pytest
 import torch
+from torch._dynamo.exc import InternalTorchDynamoError
 from torch._dynamo.testing import CompileCounter
 
 from graphmend import GraphMendWarning
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
+from graphmend.runtime.dynamo_support import torch_release
 from helpers.graphs import compile_and_call, compile_and_run
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
@@ -230,6 +232,14 @@ def test_private_names_of_a_method_are_read_as_the_class_mangles_them(load_rewri
     assert [each.category.__name__ for each in caught] == ["_M__Late"] * 2
 
 
+@pytest.mark.xfail(
+    torch_release(torch.__version__) >= (2, 14),
+    raises=InternalTorchDynamoError,
+    strict=True,
+    reason="torch 2.14's TorchDynamo fails the frame it resumes after .item() in an "
+    "f-string with a format spec (ValueError: Unknown format code 'f' for object of type "
+    "'str'), with or without GraphMend",
+)
 def test_a_value_read_on_the_host_keeps_the_output_where_it_was(load_both, capsys):
     """``.item()`` in an argument breaks the graph before the call whatever GraphMend
     does.  Deferred, the call no longer broke the frame TorchDynamo resumes after the

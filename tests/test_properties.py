@@ -47,6 +47,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from graphmend.runtime.dynamo_support import torch_release
 from helpers.observe import Run, differences, more_graphs, run, same
 from helpers.programs import Call, Program, programs
 
@@ -54,6 +55,9 @@ from helpers.programs import Call, Program, programs
 #: 2.5's default): a guard whose message formats a name keeps its break there
 #: (``runtime.traps.names_formattable``), and ``t`` never turns symbolic.
 FLOATS_PINNED = bool(torch._dynamo.config.specialize_float)
+#: Whether the two programs below, which print a symbolic float (dynamic=True), give
+#: counts that differ from plain compile's: up to torch 2.13 (on 2.14 they are the same).
+SYMBOLIC_FLOAT_PRINT_FAILS = not FLOATS_PINNED and torch_release(torch.__version__) < (2, 14)
 
 #: The variable that scales the runs (and draws new programs each run).
 _SCALE = "GRAPHMEND_PROPERTY_EXAMPLES"
@@ -258,7 +262,7 @@ def test_a_kept_branch_on_a_host_read_breaks_at_the_read() -> None:
 
 
 @pytest.mark.xfail(
-    not FLOATS_PINNED,
+    SYMBOLIC_FLOAT_PRINT_FAILS,
     strict=True,
     reason="found by a scaled run, not reduced yet: under dynamic=True GraphMend counts one "
     "break more than plain (2 against 1, the same 2 graphs) where a warning keeps its break "
@@ -281,7 +285,7 @@ def test_a_print_of_a_symbolic_float_after_a_kept_break_counts_a_break() -> None
 
 
 @pytest.mark.xfail(
-    not FLOATS_PINNED,
+    SYMBOLIC_FLOAT_PRINT_FAILS,
     strict=True,
     reason="plain compile cannot resume after a print formatting the symbolic float t "
     "(dynamic=True) and runs the rest of the function in Python; GraphMend defers the print "

@@ -57,14 +57,14 @@ def test_model_code_imports_through_the_hook(tmp_path):
     assert operator_ready == "True"
 
 
-@pytest.mark.parametrize("version", ["2.13.0+cpu", "2.5.1+cu124", "2.13.2"])
+@pytest.mark.parametrize("version", ["2.13.0+cpu", "2.5.1+cu124", "2.14.1+cu130"])
 def test_tested_releases_keep_inlined_deferred_calls(version):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert dynamo_support.keep_inlined_deferred_calls(version)
 
 
-@pytest.mark.parametrize("version", ["2.14.0", "3.0.0a0+git1234", "2.4.1", "nightly"])
+@pytest.mark.parametrize("version", ["2.15.0", "3.0.0a0+git1234", "2.4.1", "nightly"])
 def test_untested_releases_keep_the_breaks_with_one_warning(version):
     with pytest.warns(GraphMendWarning, match="keep their graph breaks") as caught:
         assert not dynamo_support.keep_inlined_deferred_calls(version)

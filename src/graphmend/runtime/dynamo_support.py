@@ -47,7 +47,7 @@ import torch
 from graphmend.notices import warn
 
 #: The oldest and newest torch releases (major, minor) the patch is tested on.
-TESTED = ((2, 5), (2, 13))
+TESTED = ((2, 5), (2, 14))
 
 _PATCHED = "_graphmend_shares_debug_locals"
 
