@@ -10,6 +10,7 @@ frame to eager; plain compile, breaking at the ``if``, never traces that arm.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -370,3 +371,20 @@ def test_a_frame_pinning_a_marked_size_fails_as_plain_where_nothing_merged(
     else:
         with pytest.raises(ConstraintViolationError):
             compiled(*_marked_and_static())
+
+
+def test_a_pinned_marked_size_torch_is_told_to_ignore_compiles_as_plain(
+    load_both, monkeypatch
+) -> None:
+    """Under ``allow_ignore_mark_dynamic`` TorchDynamo compiles the pinned size: so does
+    GraphMend, with no warning, after a merge too (found by helper-102)."""
+    _, mended = load_both(PINNED_AFTER_A_MERGE_ELSEWHERE)
+    monkeypatch.setattr(marked_sizes, "_removed_a_break", True)
+    monkeypatch.setattr(torch._dynamo.config, "allow_ignore_mark_dynamic", True)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    x, m = _marked_and_static()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GraphMendWarning)
+        assert torch.equal(torch.compile(mended.pins, backend=counter)(x, m), x * m)
+    assert counter.frame_count == 1

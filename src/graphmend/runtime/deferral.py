@@ -414,11 +414,13 @@ def _register_with_dynamo(function: Callable[..., None]) -> None:
 
 def _enable(_dynamo: object = None) -> None:
     global _enabled
+    # what a frame's trace that ends or compiles otherwise than plain compile's needs,
+    # for every rewrite: on any release (T1 and T3 stay on where deferring is off)
+    dynamo_support.watch_frame_traces(run_in_python_where_pinned, keep_first_break_if_frame_lost)
     if _enabled or not dynamo_support.keep_inlined_deferred_calls():
         # Unregistered, a generated function is an ordinary function that makes
         # the original call: TorchDynamo breaks the graph there, as it did before.
         return
-    dynamo_support.watch_frame_traces(run_in_python_where_pinned, keep_first_break_if_frame_lost)
     _enabled = True
     # what the generated functions call, and what render calls (under dynamic=True a
     # float TorchDynamo made symbolic made a graph of a helper's own frame)

@@ -1,7 +1,7 @@
 """What TorchDynamo needs so that deferred calls are never lost.
 
 TorchDynamo collects reordered calls (``config.reorderable_logging_functions``)
-per frame being traced.  From torch 2.5 to 2.13 the list of an inlined frame (a
+per frame being traced.  From torch 2.5 to 2.14 the list of an inlined frame (a
 submodule's ``forward``, any function called from the compiled one) is dropped
 when inlining ends (2.5 has no list there at all): the calls silently never
 happen.  Model code is almost always inlined, so GraphMend makes inlined frames
@@ -31,7 +31,10 @@ the frame that owns the graph: GraphMend is shown its start, and the error that 
 it before it goes on (deferred calls would be lost with the trace).  (A
 start-of-compile callback would be later still, but ``torch._dynamo.reset()``
 removes those callbacks, and a reset before the first compile would lose the
-calls silently.)
+calls silently.)  That one is applied on any release: it serves the branches and
+guards rewritten too, which stay on where deferred calls are off, and whatever
+GraphMend's checks there raise is contained (reported, and the trace goes on as
+without them).
 """
 
 from __future__ import annotations
@@ -125,8 +128,8 @@ def watch_frame_traces(
     that ends it, before it propagates; either may raise TorchDynamo's
     ``RestartAnalysis`` or ``SkipFrame`` instead.  Anything else either raises is
     GraphMend's own failure: it is reported once, and the tracing goes on as without
-    GraphMend.  Applied once, with :func:`keep_inlined_deferred_calls` (tested releases
-    only)."""
+    GraphMend.  Applied once, when TorchDynamo is imported, on any release: what it
+    calls is GraphMend's own, contained so."""
     from torch._dynamo import exc
     from torch._dynamo.symbolic_convert import InstructionTranslator
 

@@ -76,8 +76,10 @@ def run_in_python_where_pinned(root: Any) -> None:
             # a pinned size here is the site's to answer for (keep_marked_sizes_dynamic)
             _removed_a_break = _removed_a_break or pinned_marked_size(output) is None
             return
-        pinned = pinned_marked_size(output) if _removed_a_break else None
-        if pinned is None or must_be_one_graph(root):
+        if not _removed_a_break or must_be_one_graph(root) or _marks_may_be_ignored():
+            return
+        pinned = pinned_marked_size(output)
+        if pinned is None:
             return
         code = root.f_code
         warn(
@@ -89,3 +91,11 @@ def run_in_python_where_pinned(root: Any) -> None:
         raise exc.SkipFrame(f"GraphMend: the graph pins {pinned}, a size marked dynamic")
 
     check_before_compiling(output, run_in_python_if_pinned)
+
+
+def _marks_may_be_ignored() -> bool:
+    """Whether TorchDynamo compiles a graph that pins a marked size without failing
+    (``torch._dynamo.config.allow_ignore_mark_dynamic``)."""
+    from torch._dynamo import config
+
+    return bool(getattr(config, "allow_ignore_mark_dynamic", False))
