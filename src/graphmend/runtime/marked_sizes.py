@@ -74,11 +74,11 @@ def run_in_python_where_pinned(root: Any) -> None:
         global _removed_a_break
         if last_opened_site(output) is not None:
             # a pinned size here is the site's to answer for (keep_marked_sizes_dynamic)
-            _removed_a_break = _removed_a_break or pinned_marked_size(output) is None
+            _removed_a_break = _removed_a_break or _pinned_if_known(output) is None
             return
         if not _removed_a_break or must_be_one_graph(root) or _marks_may_be_ignored():
             return
-        pinned = pinned_marked_size(output)
+        pinned = _pinned_if_known(output)
         if pinned is None:
             return
         code = root.f_code
@@ -91,6 +91,15 @@ def run_in_python_where_pinned(root: Any) -> None:
         raise exc.SkipFrame(f"GraphMend: the graph pins {pinned}, a size marked dynamic")
 
     check_before_compiling(output, run_in_python_if_pinned)
+
+
+def _pinned_if_known(output: Any) -> str | None:
+    """:func:`pinned_marked_size`, or ``None`` where this release's graph lacks what it
+    reads: this check runs on any torch release, inside the compile."""
+    try:
+        return pinned_marked_size(output)
+    except (AttributeError, KeyError, TypeError):
+        return None
 
 
 def _marks_may_be_ignored() -> bool:
