@@ -19,9 +19,10 @@ takes the other path, and where plain compile gave up the decoder at a break ins
 GraphMend's trace holds the whole decoder, whose cross-attention pins the marked
 length of the encoder's mask (a float16 BART with ``output_attentions=True``).  So once
 a graph with a site open has been compiled in the process, a graph with no site that
-pins a marked size gives its frame up, and the frame runs in Python, with a warning
+pins a marked size runs its frame in Python, with a warning
 (:func:`run_in_python_where_pinned`), where the compile would fail: plain compile
-compiled that code otherwise, or failed the same way.
+compiled that code otherwise, or failed the same way.  Later calls of that code run
+the graphs compiled for it before, where they fit, and never compile it again.
 """
 
 from __future__ import annotations
@@ -57,11 +58,9 @@ def pinned_marked_size(output: Any) -> str | None:
 
 def run_in_python_where_pinned(root: Any) -> None:
     """As the tracing of the frame ``root`` begins: before each graph of it is compiled,
-    give the frame up (TorchDynamo's ``SkipFrame``: it runs in Python) where no site is
+    run the frame in Python (:func:`_run_this_call_in_python`) where no site is
     open in the graph, the graph pins a marked size, and a graph with a site open was
     compiled earlier in the process.  Not where the frame must be one graph."""
-    from torch._dynamo import exc
-
     from graphmend.runtime.attempts import (  # attempts imports this module
         check_before_compiling,
         last_opened_site,
@@ -88,9 +87,27 @@ def run_in_python_where_pinned(root: Any) -> None:
             "after a graph break GraphMend removed earlier: it runs in Python, where the "
             "compile would fail (plain compile may trace other code there)"
         )
-        raise exc.SkipFrame(f"GraphMend: the graph pins {pinned}, a size marked dynamic")
+        raise _run_this_call_in_python(f"GraphMend: the graph pins {pinned}, a size marked dynamic")
 
     check_before_compiling(output, run_in_python_if_pinned)
+
+
+def _run_this_call_in_python(reason: str) -> Exception:
+    """What makes TorchDynamo run the frame being compiled in Python, and later calls of
+    its code by the graphs compiled for it so far, or in Python where none fits (its
+    ``RUN_ONLY``, as at its recompile limit; the functions it calls are compiled as
+    ever).  Its ``SkipFrame`` would give the code up for every later call: transformers'
+    output-capturing wrapper resumes the encoder's and the decoder's ``forward`` in one
+    code object, and the encoder, given up, compiled as layers one by one.  Where
+    TorchDynamo has no such strategy (torch 2.5), ``SkipFrame``."""
+    from torch._dynamo import exc, types
+
+    strategy = getattr(types, "FrameExecStrategy", None)
+    error = exc.Unsupported(reason) if strategy is not None else None
+    if error is None or not hasattr(error, "frame_exec_strategy"):
+        return exc.SkipFrame(reason)
+    error.frame_exec_strategy = strategy(types.FrameAction.RUN_ONLY, types.FrameAction.DEFAULT)
+    return error
 
 
 def _pinned_if_known(output: Any) -> str | None:
