@@ -388,11 +388,10 @@ def test_a_pinned_marked_size_torch_is_told_to_ignore_compiles_as_plain(
     GraphMend, with no warning, after a merge too (found by helper-102)."""
     _, mended = load_both(PINNED_AFTER_A_MERGE_ELSEWHERE)
     monkeypatch.setattr(marked_sizes, "_removed_a_break", True)
-    monkeypatch.setattr(torch._dynamo.config, "allow_ignore_mark_dynamic", True)
     torch._dynamo.reset()
     counter = CompileCounter()
     x, m = _marked_and_static()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch._dynamo.config.patch(allow_ignore_mark_dynamic=True):
         warnings.simplefilter("error", GraphMendWarning)
         assert torch.equal(torch.compile(mended.pins, backend=counter)(x, m), x * m)
     assert counter.frame_count == 1
