@@ -6,7 +6,7 @@
 # package declares (pyproject: torch>=2.5), for a smoke test.  PyPI has torch
 # 2.5.1 only as its CUDA build (about 3.5 GB with its nvidia packages); it runs
 # on CPU-only machines.  Keep FLOOR_PINS, pyproject's torch floor and
-# runtime/dynamo_support.TESTED in step.
+# torch_releases.TESTED in step.
 
 PYTHON ?= python3
 TORCH_PIN := torch==2.13.0

@@ -16,7 +16,7 @@ from torch._dynamo.testing import CompileCounter
 from graphmend import GraphMendWarning
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
-from graphmend.runtime.dynamo_support import torch_release
+from graphmend.torch_releases import torch_release
 from helpers.graphs import compile_and_call, compile_and_run
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
@@ -236,7 +236,7 @@ def test_private_names_of_a_method_are_read_as_the_class_mangles_them(load_rewri
     torch_release(torch.__version__) >= (2, 14),
     raises=InternalTorchDynamoError,
     strict=True,
-    reason="torch 2.14's TorchDynamo fails the frame it resumes after .item() in an "
+    reason="torch 2.14's and 2.15's TorchDynamo fails the frame it resumes after .item() in an "
     "f-string with a format spec (ValueError: Unknown format code 'f' for object of type "
     "'str'), with or without GraphMend",
 )

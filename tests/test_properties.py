@@ -47,7 +47,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from graphmend.runtime.dynamo_support import torch_release
+from graphmend.torch_releases import torch_release
 from helpers.observe import Run, differences, more_graphs, run, same
 from helpers.programs import Call, Program, programs
 

@@ -13,11 +13,13 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
 
-from graphmend import runtime
+from graphmend import runtime, torch_releases
+from graphmend.config import ALL_REWRITES
 from graphmend.notices import GraphMendWarning
 from graphmend.runtime import dynamo_support, traps
 from graphmend.runtime.asking import ask_tracer
-from helpers.processes import run_python
+from graphmend.torch_releases import torch_release
+from helpers.processes import python_path, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_IS_EXPORTING = hasattr(torch.compiler, "is_exporting")
@@ -26,15 +28,15 @@ HAS_IS_EXPORTING = hasattr(torch.compiler, "is_exporting")
 def _declared_floor() -> tuple[int, int]:
     text = (ROOT / "pyproject.toml").read_text()
     start = text.index('"torch>=') + len('"torch>=')
-    release = dynamo_support.torch_release(text[start : text.index('"', start)])
+    release = torch_release(text[start : text.index('"', start)])
     assert release is not None
     return release
 
 
 def test_the_declared_floor_is_the_oldest_release_tested():
-    assert _declared_floor() == dynamo_support.TESTED[0]
+    assert _declared_floor() == torch_releases.TESTED[0]
     assert (
-        f"torch=={'.'.join(map(str, dynamo_support.TESTED[0]))}." in (ROOT / "Makefile").read_text()
+        f"torch=={'.'.join(map(str, torch_releases.TESTED[0]))}." in (ROOT / "Makefile").read_text()
     )
 
 
@@ -57,19 +59,99 @@ def test_model_code_imports_through_the_hook(tmp_path):
     assert operator_ready == "True"
 
 
-@pytest.mark.parametrize("version", ["2.13.0+cpu", "2.5.1+cu124", "2.14.1+cu130"])
+@pytest.mark.parametrize("version", ["2.13.0+cpu", "2.5.1+cu124", "2.14.1+cu130", "2.15.0+cu132"])
 def test_tested_releases_keep_inlined_deferred_calls(version):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert dynamo_support.keep_inlined_deferred_calls(version)
 
 
-@pytest.mark.parametrize("version", ["2.15.0", "3.0.0a0+git1234", "2.4.1", "nightly"])
+@pytest.mark.parametrize("version", ["2.16.0", "3.0.0a0+git1234", "2.4.1", "nightly"])
 def test_untested_releases_keep_the_breaks_with_one_warning(version):
     with pytest.warns(GraphMendWarning, match="keep their graph breaks") as caught:
         assert not dynamo_support.keep_inlined_deferred_calls(version)
     assert len(caught) == 1
     assert f"torch {version} " in str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+    ("version", "deferred"),
+    [("2.13.0+cpu", True), ("2.5.1+cu124", True), ("2.16.0", False), ("nightly", False)],
+)
+def test_the_hook_defers_output_only_on_a_release_tested(version, deferred):
+    chosen = torch_releases.runnable_rewrites(ALL_REWRITES, version)
+    assert ("defer" in chosen) is deferred
+    assert chosen | {"defer"} == set(ALL_REWRITES)
+
+
+#: Output calls a rewrite of deferred output would put into a function of GraphMend's:
+#: unregistered with TorchDynamo (an untested torch), such a function broke the graph
+#: inside itself, then was compiled on its own and broke again (found by helper-103).
+_OUTPUT_CALLS = """
+import torch
+
+def first_in_graph(x):
+    print("input", x)
+    y = x * 2
+    torch._dynamo.graph_break()
+    return y + 1
+
+def kept_call(x, n):
+    h = x * 1.0
+    if h.sum() > 1.5:
+        h = h * 3
+    else:
+        print("%.2f" % h.mean())
+        w = 0
+        while w < n:
+            w += 1
+            h = h + (1.0 if h.mean() < 4.0 else 0.0)
+    return h
+
+def f_string(x, w):
+    print(f"w={w}", w * 2)
+    return x + 1
+"""
+
+_COUNT_GRAPHS = """
+import sys
+from graphmend import torch_releases
+torch_releases.TESTED = ((2, 5), (2, 12))  # the torch installed here is a release untested
+if sys.argv[1] == "graphmend":
+    import graphmend
+    graphmend.install(["printing"], cache_dir=sys.argv[2])
+import torch
+import printing
+from helpers.graphs import compile_and_run
+calls = [
+    (printing.first_in_graph, torch.zeros(2)),
+    (printing.kept_call, torch.tensor([1.0, -1.0, -3.0, -1.0]), 1),
+    (printing.f_string, torch.ones(2), torch.ones(2, requires_grad=True)),
+]
+for function, *args in calls:
+    compiled = compile_and_run(function, *args)
+    print("counts", function.__name__, compiled.graphs, compiled.breaks)
+"""
+
+
+def test_on_an_untested_torch_output_calls_break_where_plain_compiles_do(tmp_path):
+    (tmp_path / "printing.py").write_text(_OUTPUT_CALLS)
+    (tmp_path / "count_graphs.py").write_text(_COUNT_GRAPHS)
+    runs = {
+        arm: run_python(
+            "count_graphs.py",
+            arm,
+            str(tmp_path / "cache"),
+            cwd=tmp_path,
+            env={"PYTHONPATH": python_path(tmp_path)},
+        )
+        for arm in ("plain", "graphmend")
+    }
+    for result in runs.values():
+        assert result.returncode == 0, result.stderr
+    assert "keep their graph breaks" in runs["graphmend"].stderr
+    assert runs["graphmend"].stdout == runs["plain"].stdout
+    assert runs["plain"].stdout.count("counts") == 3
 
 
 def test_dynamo_source_is_never_read():

@@ -14,7 +14,8 @@ from torch._dynamo.utils import counters
 
 from graphmend.findings import Decision
 from graphmend.pipeline import rewrite
-from graphmend.runtime import dynamo_support, fallbacks, traps
+from graphmend.runtime import fallbacks, traps
+from graphmend.torch_releases import torch_release
 from helpers.graphs import compile_and_run
 from helpers.modules import import_rewritten
 from helpers.processes import run_python
@@ -213,7 +214,7 @@ def f(x):
 """
 
 
-_KEEPS_NUMBER_MESSAGES = dynamo_support.torch_release(torch.__version__) < (2, 6)
+_KEEPS_NUMBER_MESSAGES = torch_release(torch.__version__) < (2, 6)
 
 
 @pytest.mark.parametrize(
@@ -288,7 +289,7 @@ def test_inductor_raises_the_original_exception(guards):
     """Not marked ``inductor``: it runs on the torch floor too, whose TorchInductor drops
     an operator with no outputs (the guard then never fired): there the guard keeps its
     break and raises in Python, as without GraphMend."""
-    kept = dynamo_support.torch_release(torch.__version__) >= traps._INDUCTOR_KEEPS_GUARDS
+    kept = torch_release(torch.__version__) >= traps._INDUCTOR_KEEPS_GUARDS
     torch._dynamo.reset()
     fallbacks.clear()
     compiled = torch.compile(guards.chain, fullgraph=kept)
@@ -311,7 +312,7 @@ def graded(x):
 
 
 @pytest.mark.skipif(
-    dynamo_support.torch_release(torch.__version__) < (2, 13),
+    torch_release(torch.__version__) < (2, 13),
     reason="torch 2.5: a failing assert in a torch.func.grad graph leaves functorch's "
     "nesting behind, and every later call fails (plain torch.compile too)",
 )

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from graphmend.runtime import dynamo_support
+from graphmend import torch_releases
+from graphmend.torch_releases import torch_release
 
 #: The oldest torch tested, whose TorchDynamo differs where marked below.
-ON_THE_FLOOR = dynamo_support.torch_release(torch.__version__) == dynamo_support.TESTED[0]
+ON_THE_FLOOR = torch_release(torch.__version__) == torch_releases.TESTED[0]
 
 OUTPUT_OF_SIZES = """
 import logging

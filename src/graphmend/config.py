@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from graphmend.patterns import EXCLUDE, ModuleMatcher, PatternError
+from graphmend.torch_releases import runnable_rewrites
 
 #: Where transformers keeps model code and the code it calls while a model runs,
 #: plus ``transformers_modules.*``, the modules of ``trust_remote_code`` models.
@@ -327,6 +328,11 @@ class Config:
         """A copy running exactly ``rewrites`` (checked)."""
         return replace(self, rewrites=frozenset(rewrites))
 
+    def rewrites_to_run(self) -> frozenset[str]:
+        """:attr:`rewrites` less what the installed torch cannot run (deferred output
+        outside the releases tested: :func:`graphmend.torch_releases.runnable_rewrites`)."""
+        return runnable_rewrites(self.rewrites)
+
     def settings_key(self) -> str:
         """The part of the cache key that depends on settings (not on the source)."""
-        return "rewrites=" + ",".join(sorted(self.rewrites))
+        return "rewrites=" + ",".join(sorted(self.rewrites_to_run()))

@@ -53,10 +53,11 @@ class ModuleReport:
 
 
 def chosen_rewrites(option: str | None) -> frozenset[str]:
-    """The rewrites named by ``--rewrites a,b``, or the configured ones; checked."""
+    """The rewrites named by ``--rewrites a,b``, or the configured ones that the installed
+    torch runs (:meth:`Config.rewrites_to_run`); checked."""
     config = Config.from_env()
     if option is None:
-        return config.rewrites
+        return config.rewrites_to_run()
     names = (part.strip() for part in option.split(",") if part.strip())
     return config.with_rewrites(names).rewrites
 

@@ -264,7 +264,7 @@ class _Decider:
             try:
                 name = getattr(self._modules.get(_real(filename)), "__name__", filename)
                 self._files[filename] = _StaticFile(
-                    analyse(ModuleFile(name, Path(filename)), self._config.rewrites)
+                    analyse(ModuleFile(name, Path(filename)), self._config.rewrites_to_run())
                 )
             except TargetError as error:
                 self._files[filename] = f"GraphMend cannot read it: {error}"

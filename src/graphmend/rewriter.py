@@ -150,7 +150,7 @@ class ModuleRewriter:
         except Exception as error:  # a RecursionError: the hook parses deeper in the stack
             return Outcome(Status.FELL_BACK, None, reason=f"parsing failed: {_describe(error)}")
         try:
-            result = rewrite(source, filename, self.config.rewrites, tree=tree)
+            result = rewrite(source, filename, self.config.rewrites_to_run(), tree=tree)
         except Exception as error:
             return Outcome(Status.FELL_BACK, None, reason=_describe(error))
         try:

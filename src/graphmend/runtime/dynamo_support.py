@@ -1,7 +1,7 @@
 """What TorchDynamo needs so that deferred calls are never lost.
 
 TorchDynamo collects reordered calls (``config.reorderable_logging_functions``)
-per frame being traced.  From torch 2.5 to 2.14 the list of an inlined frame (a
+per frame being traced.  From torch 2.5 to 2.15 the list of an inlined frame (a
 submodule's ``forward``, any function called from the compiled one) is dropped
 when inlining ends (2.5 has no list there at all): the calls silently never
 happen.  Model code is almost always inlined, so GraphMend makes inlined frames
@@ -20,10 +20,11 @@ Upper bound policy.  The one internal patched is
 ``torch._dynamo.symbolic_convert.InliningInstructionTranslator.__init__``
 (wrapped: the new instance's ``debug_locals`` becomes its ``parent``'s).  The
 decision is made from torch's version, never by reading Dynamo's source: the
-patch is applied on the releases the test suite runs on (:data:`TESTED`, both
-ends tested).  On a newer torch, whose Dynamo may drop, duplicate or already
-keep those calls, GraphMend does not guess: deferred calls stay off (output
-calls keep their graph breaks, as without GraphMend) and one warning says so.
+patch is applied on the releases the test suite runs on
+(:data:`graphmend.torch_releases.TESTED`, both ends tested).  On a newer torch, whose
+Dynamo may drop, duplicate or already keep those calls, GraphMend does not guess:
+deferred calls stay off (the import hook leaves output calls as written, so they keep
+their graph breaks, as without GraphMend) and one warning says so.
 The patch is one attribute assignment, made when TorchDynamo is imported; its
 code runs only while Dynamo inlines a frame, that is while compiling.  A second
 patch (:func:`watch_frame_traces`) wraps ``InstructionTranslator.run``, the tracing of
@@ -40,32 +41,22 @@ without them).
 from __future__ import annotations
 
 import functools
-import re
 import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from graphmend import torch_releases
 from graphmend.notices import warn
-
-#: The oldest and newest torch releases (major, minor) the patch is tested on.
-TESTED = ((2, 5), (2, 14))
 
 _PATCHED = "_graphmend_shares_debug_locals"
 
 
-def torch_release(version: str) -> tuple[int, int] | None:
-    """``(major, minor)`` of a torch version string such as ``2.13.0+cpu``; None if unreadable."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return (int(match[1]), int(match[2])) if match else None
-
-
 def keep_inlined_deferred_calls(version: str = torch.__version__) -> bool:
     """Make inlined frames keep their reordered calls; False (and a warning) on untested torch."""
-    release = torch_release(version)
-    if release is None or not TESTED[0] <= release <= TESTED[1]:
-        newest = ".".join(map(str, TESTED[1]))
+    if not torch_releases.is_tested(version):
+        newest = ".".join(map(str, torch_releases.TESTED[1]))
         warn(
             f"GraphMend: torch {version} is not among the releases its TorchDynamo support is "
             f"tested on (2.5 to {newest}); print, logging and warnings calls in compiled code "

@@ -39,7 +39,6 @@ import torch
 from graphmend.config import ConfigError, cuda_guards
 from graphmend.notices import warn
 from graphmend.post_import import when_imported
-from graphmend.runtime import dynamo_support
 from graphmend.runtime.asking import ask_tracer
 from graphmend.runtime.attempts import (
     Site,
@@ -64,6 +63,7 @@ from graphmend.runtime.formatting import (
 )
 from graphmend.runtime.pending_effects import changed_sources, effects_pending
 from graphmend.runtime.tracing import tracing
+from graphmend.torch_releases import torch_release
 
 
 def _sync_on_cuda() -> bool:
@@ -474,7 +474,7 @@ def _operator_kept() -> bool:
     translator while tracing.  On a torch release before :data:`_INDUCTOR_KEEPS_GUARDS`
     only backends known to run the graph as it is are trusted (any other may hand it to
     TorchInductor, and the guard would never fire)."""
-    release = dynamo_support.torch_release(torch.__version__)
+    release = torch_release(torch.__version__)
     if release is not None and release >= _INDUCTOR_KEEPS_GUARDS:
         return True
     # TorchDynamo's wrapper (WrapBackendDebug): the backend's name, and the backend
