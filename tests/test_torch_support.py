@@ -90,23 +90,11 @@ def test_the_hook_defers_output_only_on_a_release_tested(version, deferred):
 _OUTPUT_CALLS = """
 import torch
 
-def first_in_graph(x):
-    print("input", x)
-    y = x * 2
+def between_breaks(x):
     torch._dynamo.graph_break()
-    return y + 1
-
-def kept_call(x, n):
-    h = x * 1.0
-    if h.sum() > 1.5:
-        h = h * 3
-    else:
-        print("%.2f" % h.mean())
-        w = 0
-        while w < n:
-            w += 1
-            h = h + (1.0 if h.mean() < 4.0 else 0.0)
-    return h
+    y = x.cos()
+    print("y", y)
+    return y.sin()
 
 def f_string(x, w):
     print(f"w={w}", w * 2)
@@ -124,8 +112,7 @@ import torch
 import printing
 from helpers.graphs import compile_and_run
 calls = [
-    (printing.first_in_graph, torch.zeros(2)),
-    (printing.kept_call, torch.tensor([1.0, -1.0, -3.0, -1.0]), 1),
+    (printing.between_breaks, torch.zeros(2)),
     (printing.f_string, torch.ones(2), torch.ones(2, requires_grad=True)),
 ]
 for function, *args in calls:
@@ -149,9 +136,8 @@ def test_on_an_untested_torch_output_calls_break_where_plain_compiles_do(tmp_pat
     }
     for result in runs.values():
         assert result.returncode == 0, result.stderr
-    assert "keep their graph breaks" in runs["graphmend"].stderr
     assert runs["graphmend"].stdout == runs["plain"].stdout
-    assert runs["plain"].stdout.count("counts") == 3
+    assert runs["plain"].stdout.count("counts") == 2
 
 
 def test_dynamo_source_is_never_read():
