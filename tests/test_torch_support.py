@@ -67,7 +67,8 @@ def test_tested_releases_keep_inlined_deferred_calls(version):
 
 
 @pytest.mark.parametrize("version", ["2.16.0", "3.0.0a0+git1234", "2.4.1", "nightly"])
-def test_untested_releases_keep_the_breaks_with_one_warning(version):
+def test_untested_releases_keep_the_breaks_with_one_warning(version, monkeypatch):
+    monkeypatch.setattr(torch_releases, "_warned", set())
     with pytest.warns(GraphMendWarning, match="keep their graph breaks") as caught:
         assert not dynamo_support.keep_inlined_deferred_calls(version)
     assert len(caught) == 1
@@ -78,10 +79,17 @@ def test_untested_releases_keep_the_breaks_with_one_warning(version):
     ("version", "deferred"),
     [("2.13.0+cpu", True), ("2.5.1+cu124", True), ("2.16.0", False), ("nightly", False)],
 )
-def test_the_hook_defers_output_only_on_a_release_tested(version, deferred):
-    chosen = torch_releases.runnable_rewrites(ALL_REWRITES, version)
+def test_the_hook_defers_output_only_on_a_release_tested(version, deferred, monkeypatch):
+    monkeypatch.setattr(torch_releases, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            chosen = torch_releases.runnable_rewrites(ALL_REWRITES, version)
     assert ("defer" in chosen) is deferred
     assert chosen | {"defer"} == set(ALL_REWRITES)
+    said = [str(warning.message) for warning in caught]
+    assert said == ([] if deferred else [said[0]])
+    assert deferred or f"torch {version} is not among the releases" in said[0]
 
 
 #: Output calls a rewrite of deferred output would put into a function of GraphMend's:
@@ -136,6 +144,7 @@ def test_on_an_untested_torch_output_calls_break_where_plain_compiles_do(tmp_pat
     }
     for result in runs.values():
         assert result.returncode == 0, result.stderr
+    assert runs["graphmend"].stderr.count("keep their graph breaks") == 1
     assert runs["graphmend"].stdout == runs["plain"].stdout
     assert runs["plain"].stdout.count("counts") == 2
 

@@ -13,11 +13,16 @@ import re
 import sys
 from collections.abc import Set
 
+from graphmend.notices import warn
+
 #: The oldest and newest torch releases (major, minor) the test suite runs on.
 TESTED = ((2, 5), (2, 15))
 
 #: The rewrite that needs TorchDynamo's support (``config.ALL_REWRITES``).
 DEFERRED_OUTPUT = "defer"
+
+#: The untested releases :func:`warn_untested` has warned of in this process.
+_warned: set[str] = set()
 
 
 def torch_release(version: str) -> tuple[int, int] | None:
@@ -53,8 +58,22 @@ def runnable_rewrites(rewrites: Set[str], version: str | None = None) -> frozens
     """``rewrites`` less deferred output where torch (``version``, else the installed
     one) is outside :data:`TESTED`: unregistered with TorchDynamo, a deferred call would
     break the graph inside a function of GraphMend's, one break more than the original
-    call.  Unchanged where the release is unknown."""
+    call (:func:`warn_untested`).  Unchanged where the release is unknown."""
     version = installed_torch_version() if version is None else version
-    if version is None or is_tested(version):
+    if version is None or is_tested(version) or DEFERRED_OUTPUT not in rewrites:
         return frozenset(rewrites)
+    warn_untested(version)
     return frozenset(rewrites) - {DEFERRED_OUTPUT}
+
+
+def warn_untested(version: str) -> None:
+    """Say, once per process, that deferred output is off on the untested ``version``."""
+    if version in _warned:
+        return
+    _warned.add(version)
+    newest = ".".join(map(str, TESTED[1]))
+    warn(
+        f"GraphMend: torch {version} is not among the releases its TorchDynamo support is "
+        f"tested on (2.5 to {newest}); print, logging and warnings calls in compiled code "
+        "keep their graph breaks"
+    )

@@ -56,12 +56,7 @@ _PATCHED = "_graphmend_shares_debug_locals"
 def keep_inlined_deferred_calls(version: str = torch.__version__) -> bool:
     """Make inlined frames keep their reordered calls; False (and a warning) on untested torch."""
     if not torch_releases.is_tested(version):
-        newest = ".".join(map(str, torch_releases.TESTED[1]))
-        warn(
-            f"GraphMend: torch {version} is not among the releases its TorchDynamo support is "
-            f"tested on (2.5 to {newest}); print, logging and warnings calls in compiled code "
-            "keep their graph breaks"
-        )
+        torch_releases.warn_untested(version)
         return False
     from torch._dynamo.symbolic_convert import InliningInstructionTranslator
 
