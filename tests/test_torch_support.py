@@ -138,7 +138,7 @@ def test_on_an_untested_torch_output_calls_break_where_plain_compiles_do(tmp_pat
             arm,
             str(tmp_path / "cache"),
             cwd=tmp_path,
-            env={"PYTHONPATH": python_path(tmp_path)},
+            env={"PYTHONPATH": python_path(tmp_path, ROOT / "tests")},
         )
         for arm in ("plain", "graphmend")
     }
